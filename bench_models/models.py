@@ -1,0 +1,285 @@
+"""Model architectures and sizes: tiny random-init models for CPU, published configs for the GPU tier.
+
+Every model is built from a config with random weights; nothing is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import torch
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+
+# Published config.json keys that are not architecture: the dtype is chosen by build_base_model's `dtype`.
+_NOT_CONFIG_KEYS = frozenset({"torch_dtype", "dtype", "transformers_version"})
+
+CAUSAL_LM = "causal-lm"
+SEQ_CLS = "seq-cls"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    key: str
+    arch: str  # "llama", "qwen2", "opt", "bert"
+    size: str  # "tiny" or the published name
+    task: str  # CAUSAL_LM or SEQ_CLS
+    full_size: bool
+    # Tiny models: the config kwargs inline. Full-size models: a JSON file in configs/.
+    config: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    config_file: str | None = None
+    # Module-name suffixes (PEFT `target_modules` style) used by the method builders.
+    attention_modules: tuple[str, ...] = ()
+    mlp_modules: tuple[str, ...] = ()
+    embedding_module: str = ""
+    head_module: str = ""  # lm_head / classifier, for modules_to_save
+    layernorm_modules: tuple[str, ...] = ()
+    attn_implementation: str = "sdpa"
+
+    def config_dict(self) -> dict[str, Any]:
+        """The config kwargs (without "_source"-style metadata keys), a fresh copy each call."""
+        if self.config is not None:
+            return json.loads(json.dumps(self.config))
+        raw = _load_json(self.config_file)
+        return {k: v for k, v in raw.items() if not k.startswith("_") and k not in _NOT_CONFIG_KEYS}
+
+    def hf_config(self):
+        from transformers import AutoConfig
+
+        kwargs = self.config_dict()
+        return AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config_dict()["vocab_size"]
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config_dict()["hidden_size"]
+
+    @property
+    def num_layers(self) -> int:
+        return self.config_dict()["num_hidden_layers"]
+
+    @property
+    def num_labels(self) -> int:
+        return self.config_dict().get("num_labels", 2)
+
+    @property
+    def is_decoder(self) -> bool:
+        return self.task == CAUSAL_LM
+
+
+@cache
+def _load_json(name: str) -> dict[str, Any]:
+    return json.loads((CONFIG_DIR / name).read_text())
+
+
+# Shared sizes for the tiny tier: 2 layers, hidden 64, 4 heads (head_dim 16), 2 kv heads, vocab 256.
+_TINY = {"vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+
+_LLAMA_MODULES = {
+    "attention_modules": ("q_proj", "v_proj"),
+    "mlp_modules": ("gate_proj", "up_proj", "down_proj"),
+    "embedding_module": "embed_tokens",
+    "head_module": "lm_head",
+    "layernorm_modules": ("input_layernorm", "post_attention_layernorm"),
+}
+
+_TINY_SPECS = [
+    ModelSpec(
+        key="llama-tiny",
+        arch="llama",
+        size="tiny",
+        task=CAUSAL_LM,
+        full_size=False,
+        config={
+            "model_type": "llama",
+            **_TINY,
+            "intermediate_size": 128,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 256,
+            "attention_dropout": 0.0,
+            "tie_word_embeddings": False,
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+        },
+        **_LLAMA_MODULES,
+    ),
+    ModelSpec(
+        key="qwen2-tiny",
+        arch="qwen2",
+        size="tiny",
+        task=CAUSAL_LM,
+        full_size=False,
+        # Qwen2 differs from llama by q/k/v biases and tied embeddings (as in Qwen2.5-0.5B).
+        config={
+            "model_type": "qwen2",
+            **_TINY,
+            "intermediate_size": 128,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 256,
+            "attention_dropout": 0.0,
+            "tie_word_embeddings": True,
+            "use_sliding_window": False,
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+        },
+        **_LLAMA_MODULES,
+    ),
+    ModelSpec(
+        key="opt-tiny",
+        arch="opt",
+        size="tiny",
+        task=CAUSAL_LM,
+        full_size=False,
+        # OPT: learned positions, LayerNorm, biases everywhere, tied lm_head; its default dropouts are zeroed.
+        config={
+            "model_type": "opt",
+            **_TINY,
+            "ffn_dim": 128,
+            "word_embed_proj_dim": 64,
+            "max_position_embeddings": 256,
+            "dropout": 0.0,
+            "attention_dropout": 0.0,
+            "activation_dropout": 0.0,
+            "layerdrop": 0.0,
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+        },
+        attention_modules=("q_proj", "v_proj"),
+        mlp_modules=("fc1", "fc2"),
+        embedding_module="embed_tokens",
+        head_module="lm_head",
+        layernorm_modules=("self_attn_layer_norm", "final_layer_norm"),
+    ),
+    ModelSpec(
+        key="bert-tiny",
+        arch="bert",
+        size="tiny",
+        task=SEQ_CLS,
+        full_size=False,
+        # BERT keeps its default dropouts (0.1), so "dropout is off in eval" is observable on the base model.
+        config={
+            "model_type": "bert",
+            **_TINY,
+            "intermediate_size": 128,
+            "max_position_embeddings": 256,
+            "num_labels": 2,
+            "pad_token_id": 0,
+        },
+        attention_modules=("query", "value"),
+        # "output.dense" also matches attention.output.dense (the attention out-projection); harmless here.
+        mlp_modules=("intermediate.dense", "output.dense"),
+        embedding_module="word_embeddings",
+        head_module="classifier",
+        layernorm_modules=("LayerNorm",),
+    ),
+]
+
+_FULL_SPECS = [
+    ModelSpec(
+        key="llama-3.2-1b",
+        arch="llama",
+        size="Llama-3.2-1B",
+        task=CAUSAL_LM,
+        full_size=True,
+        config_file="llama-3.2-1b.json",
+        **_LLAMA_MODULES,
+    ),
+    ModelSpec(
+        key="llama-3.2-3b",
+        arch="llama",
+        size="Llama-3.2-3B",
+        task=CAUSAL_LM,
+        full_size=True,
+        config_file="llama-3.2-3b.json",
+        **_LLAMA_MODULES,
+    ),
+    ModelSpec(
+        key="qwen2.5-0.5b",
+        arch="qwen2",
+        size="Qwen2.5-0.5B",
+        task=CAUSAL_LM,
+        full_size=True,
+        config_file="qwen2.5-0.5b.json",
+        **_LLAMA_MODULES,
+    ),
+]
+
+MODELS: dict[str, ModelSpec] = {s.key: s for s in _TINY_SPECS + _FULL_SPECS}
+
+
+def get_spec(model_key: str) -> ModelSpec:
+    try:
+        return MODELS[model_key]
+    except KeyError:
+        raise ValueError(f"unknown model {model_key!r}; valid models: {', '.join(MODELS)}") from None
+
+
+def _auto_class(spec: ModelSpec):
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    return AutoModelForCausalLM if spec.task == CAUSAL_LM else AutoModelForSequenceClassification
+
+
+def build_base_model(
+    model_key: str,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+    _via_meta: bool | None = None,
+):
+    """A seeded random-init transformers model in train mode.
+
+    Full-size models are created on the meta device and materialized directly on `device` (no CPU copy), then
+    re-initialized under the seed. `_via_meta` forces that path (used to exercise it with tiny models on CPU).
+    """
+    spec = get_spec(model_key)
+    config = spec.hf_config()
+    auto_cls = _auto_class(spec)
+    device = torch.device(device)
+    via_meta = spec.full_size if _via_meta is None else _via_meta
+    torch.manual_seed(seed)
+    if via_meta:
+        with torch.device("meta"):
+            model = auto_cls.from_config(config, attn_implementation=spec.attn_implementation, dtype=dtype)
+        model.to_empty(device=device)
+        _reinitialize(model, seed)
+    else:
+        model = auto_cls.from_config(config, attn_implementation=spec.attn_implementation)
+        model.to(device=device, dtype=dtype)
+    return model.train()
+
+
+@torch.no_grad()
+def _reinitialize(model, seed: int) -> None:
+    # to_empty() leaves uninitialized memory in every parameter and buffer (including RoPE inv_freq).
+    # transformers' init_weights() re-runs each module's _init_weights (RoPE buffers included) and re-ties,
+    # but skips anything flagged as already initialized, so clear those flags first.
+    for obj in [*model.modules(), *model.parameters(), *model.buffers()]:
+        if getattr(obj, "_is_hf_initialized", False):
+            obj._is_hf_initialized = False
+    torch.manual_seed(seed)
+    model.init_weights()
+
+
+def library_versions() -> dict[str, str]:
+    import peft
+    import transformers
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+    }

@@ -1,0 +1,84 @@
+"""Graph breaks of one call, counted with ``torch._dynamo.explain``, each with reason and location."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import torch._dynamo
+
+from compile_audit.dynamic import dynamic_shapes
+from compile_audit.locations import location
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphBreak:
+    reason: str  # one line: Dynamo's headline and explanation
+    location: str  # innermost user frame, path:line
+    source: str  # the source line at that location
+
+    def describe(self) -> str:
+        return f"{self.location}: {self.reason}\n        {self.source}"
+
+
+@dataclasses.dataclass
+class GraphBreakReport:
+    call: str  # what was explained, e.g. "train forward"
+    breaks: list[GraphBreak]
+    graph_count: int
+
+    @property
+    def count(self) -> int:
+        return len(self.breaks)
+
+    def grouped(self) -> list[tuple[GraphBreak, int]]:
+        """Identical breaks (a layer repeated N times breaks N times) folded into one line with a count."""
+        return collections.Counter(self.breaks).most_common()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "call": self.call,
+            "count": self.count,
+            "graph_count": self.graph_count,
+            "breaks": [
+                {"reason": b.reason, "location": b.location, "source": b.source, "occurrences": n}
+                for b, n in self.grouped()
+            ],
+        }
+
+
+def one_line_reason(reason: str) -> str:
+    """Dynamo's multi-line reason (headline, Explanation, Hints, debug context) as one line."""
+    lines = [line.strip() for line in str(reason).strip().splitlines() if line.strip()]
+    if not lines:
+        return "(no reason given)"
+    headline = lines[0]
+    explanation = next((line for line in lines[1:] if line.startswith("Explanation:")), None)
+    if explanation:
+        return f"{headline}: {explanation.removeprefix('Explanation:').strip()}"
+    return headline
+
+
+def _user_frame(user_stack: list[Any]) -> tuple[str, str]:
+    if not user_stack:
+        return "<unknown>:?", ""
+    frame = user_stack[-1]
+    return location(frame.filename, frame.lineno), (frame.line or "").strip()
+
+
+def find_graph_breaks(
+    fn: Callable[..., Any], *args: Any, call: str = "call", dynamic: bool | None = None, **kwargs: Any
+) -> GraphBreakReport:
+    """Run ``fn(*args, **kwargs)`` under ``torch._dynamo.explain`` and list every graph break.
+
+    ``explain`` resets Dynamo first, so run it before, not during, a compiled run you are auditing.
+    """
+    with dynamic_shapes(dynamic):
+        explanation = torch._dynamo.explain(fn)(*args, **kwargs)
+    breaks = []
+    for reason in explanation.break_reasons:
+        where, source = _user_frame(list(reason.user_stack))
+        breaks.append(GraphBreak(reason=one_line_reason(reason.reason), location=where, source=source))
+    return GraphBreakReport(call=call, breaks=breaks, graph_count=explanation.graph_count)

@@ -1,0 +1,188 @@
+"""Recompiles of a compiled callable across named phases, each with its guard-failure reasons.
+
+A *recompile* is Dynamo compiling a frame it has compiled before (compile id ``F/N`` with N > 0),
+because a guard of every cached entry failed. Dynamo's compile callbacks tell the audit when a
+frame compile starts (and so the compile time); the failed guards are the entries Dynamo appended
+to ``torch._dynamo.utils.guard_failures`` just before that compile (one per cache entry).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch._dynamo
+from torch._dynamo.callback import CallbackArgs, CallbackTrigger
+
+from compile_audit.guards import GuardFailure, parse_guard_failure
+from compile_audit.locations import code_location
+
+_COMPILE_ID = re.compile(r"(\d+)/(\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Recompile:
+    phase: str
+    frame: str  # "forward at peft/peft_model.py:1001"
+    compile_id: str
+    failures: tuple[GuardFailure, ...]
+    expected: bool
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(f.describe() for f in self.failures) or "(no guard failure recorded)"
+
+    def describe(self) -> str:
+        kind = "expected" if self.expected else "UNEXPECTED"
+        return f"[{self.phase}] {self.frame} (compile {self.compile_id}, {kind}): {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "frame": self.frame,
+            "compile_id": self.compile_id,
+            "expected": self.expected,
+            "reason": self.reason,
+            "failures": [dataclasses.asdict(f) for f in self.failures],
+        }
+
+
+@dataclasses.dataclass
+class PhaseRecord:
+    name: str
+    kind: str  # "train", "eval" or another label; a change of kind is a transition
+    first_transition: bool  # the first time the scenario switches into this kind from that one
+    frames_compiled: int = 0
+    graphs_compiled: int = 0
+    compile_seconds: float = 0.0
+    seconds: float = 0.0
+    recompiles: list[Recompile] = dataclasses.field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "recompiles"}
+        data["recompiles"] = [r.to_dict() for r in self.recompiles]
+        return data
+
+
+class CountingBackend:
+    """Wraps a real backend (name or callable) and counts the graphs handed to it."""
+
+    def __init__(self, backend: str | Callable[..., Any] = "eager") -> None:
+        self.name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
+        self._inner = torch._dynamo.lookup_backend(backend) if isinstance(backend, str) else backend
+        self.graphs = 0
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        self.graphs += 1
+        return self._inner(gm, example_inputs)
+
+
+def _guard_failure_counts() -> dict[Any, int]:
+    return {code: len(reasons) for code, reasons in torch._dynamo.utils.guard_failures.items()}
+
+
+class _PhaseListener:
+    """Listens to Dynamo's compile callbacks during one phase."""
+
+    def __init__(self, record: PhaseRecord) -> None:
+        self.record = record
+        self._failures_seen = _guard_failure_counts()
+        self._started: float | None = None
+
+    def _new_guard_failures(self) -> tuple[list[Any], list[GuardFailure]]:
+        codes, failures = [], []
+        for code, reasons in torch._dynamo.utils.guard_failures.items():
+            new = reasons[self._failures_seen.get(code, 0) :]
+            if new:
+                codes.append(code)
+                failures.extend(parse_guard_failure(r) for r in new)
+            self._failures_seen[code] = len(reasons)
+        return codes, failures
+
+    def on_start(self, args: CallbackArgs) -> None:
+        self._started = time.perf_counter()
+        if args.callback_trigger != CallbackTrigger.DYNAMO:
+            return
+        self.record.frames_compiled += 1
+        codes, failures = self._new_guard_failures()
+        match = _COMPILE_ID.search(str(args.compile_id))
+        if match and int(match[2]) > 0:
+            frame = ", ".join(code_location(c) for c in codes) or f"frame {match[1]}"
+            expected = self.record.first_transition and bool(failures) and all(f.is_mode_switch for f in failures)
+            self.record.recompiles.append(
+                Recompile(self.record.name, frame, str(args.compile_id), tuple(failures), expected)
+            )
+
+    def on_end(self, args: CallbackArgs) -> None:
+        if self._started is not None:
+            self.record.compile_seconds += time.perf_counter() - self._started
+            self._started = None
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        handler = torch._dynamo.callback_handler
+        handler.register_start_callback(self.on_start)
+        handler.register_end_callback(self.on_end)
+        try:
+            with torch._dynamo.config.patch(report_guard_failures=True):
+                yield
+        finally:
+            handler.remove_start_callback(self.on_start)
+            handler.remove_end_callback(self.on_end)
+
+
+class PhaseAudit:
+    """Compile a callable once, then run named phases and record what each one compiled.
+
+    >>> audit = PhaseAudit(backend="eager")
+    >>> compiled = audit.compile(model, dynamic=True)
+    >>> with audit.phase("train-1", kind="train"):
+    ...     train_step(compiled, optimizer, batch)
+    """
+
+    def __init__(self, backend: str | Callable[..., Any] = "eager") -> None:
+        self.backend = CountingBackend(backend)
+        self.phases: list[PhaseRecord] = []
+        self._seen_transitions: set[tuple[str, str]] = set()
+
+    def compile(self, fn: Any, **compile_kwargs: Any) -> Any:
+        return torch.compile(fn, backend=self.backend, **compile_kwargs)
+
+    @contextlib.contextmanager
+    def phase(self, name: str, kind: str = "other") -> Iterator[PhaseRecord]:
+        if any(p.name == name for p in self.phases):
+            raise ValueError(f"phase name {name!r} used twice; phase names must be unique")
+        previous_kind = self.phases[-1].kind if self.phases else None
+        first_transition = (
+            previous_kind is not None and previous_kind != kind and (previous_kind, kind) not in self._seen_transitions
+        )
+        if previous_kind is not None:
+            self._seen_transitions.add((previous_kind, kind))
+        record = PhaseRecord(name=name, kind=kind, first_transition=first_transition)
+        self.phases.append(record)
+
+        listener = _PhaseListener(record)
+        graphs_before = self.backend.graphs
+        started = time.perf_counter()
+        try:
+            with listener.installed():
+                yield record
+        finally:
+            record.seconds = time.perf_counter() - started
+            record.graphs_compiled = self.backend.graphs - graphs_before
+
+    @property
+    def recompiles(self) -> list[Recompile]:
+        return [r for p in self.phases for r in p.recompiles]
+
+    def compiled_after(self, phase_name: str) -> list[PhaseRecord]:
+        """Phases after ``phase_name`` that compiled anything: the steady-state check."""
+        names = [p.name for p in self.phases]
+        if phase_name not in names:
+            raise ValueError(f"unknown phase {phase_name!r}; phases are {names}")
+        return [p for p in self.phases[names.index(phase_name) + 1 :] if p.frames_compiled]

@@ -1,0 +1,68 @@
+"""What one audited case compiled: graph breaks per call, and phases with their recompiles."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from compile_audit.graph_breaks import GraphBreakReport
+from compile_audit.recompiles import PhaseRecord, Recompile
+
+
+@dataclasses.dataclass
+class AuditResult:
+    case_id: str
+    graph_breaks: list[GraphBreakReport] = dataclasses.field(default_factory=list)
+    phases: list[PhaseRecord] = dataclasses.field(default_factory=list)
+    steady_state_from: str | None = None  # after this phase, nothing may compile
+
+    @property
+    def graph_break_count(self) -> int:
+        return sum(report.count for report in self.graph_breaks)
+
+    @property
+    def recompiles(self) -> list[Recompile]:
+        return [r for phase in self.phases for r in phase.recompiles]
+
+    @property
+    def unexpected_recompiles(self) -> list[Recompile]:
+        return [r for r in self.recompiles if not r.expected]
+
+    @property
+    def steady_state_compiles(self) -> list[PhaseRecord]:
+        if self.steady_state_from is None:
+            return []
+        names = [p.name for p in self.phases]
+        if self.steady_state_from not in names:
+            raise ValueError(f"steady_state_from={self.steady_state_from!r} is not a phase of {names}")
+        return [p for p in self.phases[names.index(self.steady_state_from) + 1 :] if p.frames_compiled]
+
+    @property
+    def compile_seconds(self) -> float:
+        return sum(p.compile_seconds for p in self.phases)
+
+    def describe_breaks(self, limit: int = 20) -> list[str]:
+        lines = []
+        for report in self.graph_breaks:
+            for brk, occurrences in report.grouped():
+                times = f" x{occurrences}" if occurrences > 1 else ""
+                lines.append(f"{brk.location} [{report.call}{times}]: {brk.reason}")
+                if brk.source:
+                    lines.append(f"    {brk.source}")
+        return lines[: 2 * limit] + ([f"... {len(lines) // 2 - limit} more"] if len(lines) > 2 * limit else [])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "graph_breaks": {
+                "count": self.graph_break_count,
+                "calls": [report.to_dict() for report in self.graph_breaks],
+            },
+            "recompiles": {
+                "count": len(self.recompiles),
+                "unexpected": len(self.unexpected_recompiles),
+                "events": [r.to_dict() for r in self.recompiles],
+            },
+            "steady_state_compiles": sum(p.frames_compiled for p in self.steady_state_compiles),
+            "compile_seconds": round(self.compile_seconds, 3),
+            "phases": [p.to_dict() for p in self.phases],
+        }

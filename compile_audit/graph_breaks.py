@@ -49,12 +49,19 @@ class GraphBreakReport:
         }
 
 
+# explain() reports some breaks by the bytecode handler's internal name; say what it means.
+_TERSE_REASONS = {"generic_jump": "Data-dependent branching: `if`/`while` on a tensor value"}
+
+
 def one_line_reason(reason: str) -> str:
     """Dynamo's multi-line reason (headline, Explanation, Hints, debug context) as one line."""
     lines = [line.strip() for line in str(reason).strip().splitlines() if line.strip()]
     if not lines:
         return "(no reason given)"
     headline = lines[0]
+    for prefix, meaning in _TERSE_REASONS.items():
+        if headline.startswith(prefix):
+            return f"{meaning} ({headline})"
     explanation = next((line for line in lines[1:] if line.startswith("Explanation:")), None)
     if explanation:
         return f"{headline}: {explanation.removeprefix('Explanation:').strip()}"

@@ -1,0 +1,83 @@
+"""Which cases exist: zoo (models x methods) x scenarios x tiers, each with a stable readable id."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bench_models import METHODS, MODELS
+
+# Scenario -> the lifecycle operation a method must support to run it (None: every method).
+SCENARIOS: dict[str, str | None] = {
+    "train-eval-train": None,
+}
+
+# Beyond llama-tiny (every method), each other architecture runs these plus every method with
+# architecture-specific code; the whole product is behind --full-matrix.
+CORE_METHODS = ("lora", "lora-dora", "ia3", "loha", "prompt-tuning")
+DEFAULT_FULL_METHOD_MODEL = "llama-tiny"
+# The GPU tier's slice (inductor compiles take seconds to minutes each).
+GPU_METHODS = ("lora", "lora-dora", "ia3", "loha", "prompt-tuning")
+GPU_MODELS = ("llama-tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b")
+
+CPU_BACKENDS = ("eager", "aot_eager")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    model: str
+    method: str
+    scenario: str
+    device: str = "cpu"  # "cpu" or "cuda"
+    backend: str = "eager"
+
+    @property
+    def tier(self) -> str:
+        return "cpu" if self.device == "cpu" else "cuda"
+
+    @property
+    def id(self) -> str:
+        base = f"{self.model}/{self.method}/{self.scenario}"
+        if (self.device, self.backend) == ("cpu", "eager"):
+            return base
+        return f"{base}@{self.device}-{self.backend}"
+
+
+def _supports(method: str, scenario: str) -> bool:
+    operation = SCENARIOS[scenario]
+    return operation is None or operation in METHODS[method].operations
+
+
+def _cpu_methods(model: str, full_matrix: bool) -> list[str]:
+    if full_matrix or model == DEFAULT_FULL_METHOD_MODEL:
+        return list(METHODS)
+    return [m for m in METHODS if m in CORE_METHODS or METHODS[m].architecture_specific]
+
+
+def cases_for(scenario: str, *, full_matrix: bool = False, cpu_backend: str = "eager") -> list[Case]:
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; known scenarios: {', '.join(SCENARIOS)}")
+    if cpu_backend not in CPU_BACKENDS:
+        raise ValueError(f"--cpu-backend must be one of {CPU_BACKENDS}, got {cpu_backend!r}")
+    cases = []
+    for model, spec in MODELS.items():
+        if spec.full_size:
+            continue
+        cases += [
+            Case(model, method, scenario, "cpu", cpu_backend)
+            for method in _cpu_methods(model, full_matrix)
+            if _supports(method, scenario)
+        ]
+    gpu_methods = list(METHODS) if full_matrix else [m for m in GPU_METHODS if m in METHODS]
+    for model in GPU_MODELS:
+        cases += [Case(model, m, scenario, "cuda", "inductor") for m in gpu_methods if _supports(m, scenario)]
+    return cases
+
+
+def all_case_ids() -> set[str]:
+    """Every case any run could produce (full matrix, both tiers): entries outside it are stale."""
+    return {
+        case.id
+        for scenario in SCENARIOS
+        for backend in CPU_BACKENDS
+        for case in cases_for(scenario, full_matrix=True, cpu_backend=backend)
+    }

@@ -1,0 +1,114 @@
+"""The budgets file: malformed input names file and line; the ratchet fails on a beaten budget."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from compile_audit.budgets import AUTO_NOTE_PREFIX, Budget, BudgetFile, BudgetFileError, Observed, compare
+from compile_audit.case import CaseAudit
+from tests.selftest import toys
+
+pytestmark = pytest.mark.selftest
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """
+[versions.cpu]
+torch = "2.13.0"
+
+[cases."llama-tiny/loha/train-eval-train"]
+graph_breaks = 4
+recompiles = 1
+unexpected_recompiles = 0
+note = "LoHa: data-dependent branching"
+"""
+
+
+def _write(tmp_path, text):
+    path = tmp_path / "budgets.toml"
+    path.write_text(text)
+    return path
+
+
+def test_round_trip_keeps_entries_and_lines(tmp_path):
+    budgets = BudgetFile.load(_write(tmp_path, GOOD))
+    entry = budgets.budget_for("llama-tiny/loha/train-eval-train")
+    assert (entry.graph_breaks, entry.recompiles, entry.line) == (4, 1, 5)
+    assert budgets.budget_for("unknown/case") == Budget()
+    again = BudgetFile.load(_write(tmp_path, budgets.dumps()))
+    assert again.entries.keys() == budgets.entries.keys() and again.versions == budgets.versions
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[cases."a/b/c"]\ngraph_breaks = = 1\n', ":2: not valid TOML"),
+        ('[cases."a/b/c"]\ngraph_breaks = -1\n', ":1: entry 'a/b/c': graph_breaks must be a non-negative integer"),
+        (
+            '\n\n[cases."a/b/c"]\ngraph_breaks = 2\n',
+            ":3: entry 'a/b/c': graph_breaks=2, unexpected_recompiles=0 but no note",
+        ),
+        ('[cases."a/b/c"]\ngraph_breaks = 0\nbreaks = 1\n', ":1: entry 'a/b/c': unknown key(s) ['breaks']"),
+        ('[cases."a/b/c"]\nrecompiles = 0\nunexpected_recompiles = 1\nnote = "x"\n', "is more than recompiles=0"),
+        ("[budgets]\nx = 1\n", "unknown top-level table(s) ['budgets']"),
+    ],
+    ids=["toml-syntax", "negative", "no-note", "unknown-key", "unexpected-above-total", "unknown-table"],
+)
+def test_malformed_file_names_file_line_and_entry(tmp_path, text, expected):
+    path = _write(tmp_path, text)
+    with pytest.raises(BudgetFileError) as error:
+        BudgetFile.load(path)
+    assert str(path) in str(error.value)
+    assert expected in str(error.value)
+
+
+def test_malformed_file_stops_the_session_with_a_clear_error(tmp_path):
+    path = _write(tmp_path, '[cases."x/y/z"]\ngraph_breaks = "many"\n')
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", f"--budgets={path}", "--collect-only", "-q", "-p", "no:xdist", __file__],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert f"malformed budgets file: {path}:1: entry 'x/y/z': graph_breaks must be" in result.stdout + result.stderr
+
+
+def test_beaten_budget_asks_to_tighten():
+    audit = CaseAudit("toy/clean/forward", Budget(graph_breaks=2, note="was 2", line=7, recorded=True))
+    audit.graph_breaks(toys.Clean(), torch.randn(2, 4), call="forward")
+    failures, warnings = audit.failures(budget_file="tests/compile_budgets.toml")
+    assert warnings == []
+    assert len(failures) == 1 and failures[0].startswith("tighten the budget (tests/compile_budgets.toml:7)")
+    assert "graph breaks: 0 < budget 2" in failures[0]
+    failures, warnings = audit.failures(strict_ratchet=False)  # other versions than the file records
+    assert failures == [] and "tighten the budget" in warnings[0]
+
+
+def test_compare_over_and_under():
+    verdict = compare(Observed(3, 2, 1), Budget(graph_breaks=1, recompiles=4, unexpected_recompiles=1, recorded=True))
+    assert verdict.over == ["graph breaks: 3 > budget 1"]
+    assert verdict.under == ["recompiles: 2 < budget 4"]
+
+
+def test_record_keeps_hand_written_notes_and_regenerates_automatic_ones(tmp_path):
+    budgets = BudgetFile.load(_write(tmp_path, GOOD))
+    budgets.record("llama-tiny/loha/train-eval-train", Observed(6, 1, 0), auto_note="new reason")
+    assert budgets.entries["llama-tiny/loha/train-eval-train"].note == "LoHa: data-dependent branching"
+    budgets.record("new/case/x", Observed(1, 0, 0), auto_note="print (a.py:1)")
+    assert budgets.entries["new/case/x"].note == AUTO_NOTE_PREFIX + "print (a.py:1)"
+    budgets.record("new/case/x", Observed(2, 0, 0), auto_note="item (b.py:2)")
+    assert budgets.entries["new/case/x"].note == AUTO_NOTE_PREFIX + "item (b.py:2)"
+    budgets.record("new/case/x", Observed(0, 1, 0), auto_note="")
+    assert budgets.entries["new/case/x"].note == ""
+
+
+def test_stale_entries_are_listed(tmp_path):
+    budgets = BudgetFile.load(_write(tmp_path, GOOD))
+    assert budgets.stale({"llama-tiny/lora/train-eval-train"}) == ["llama-tiny/loha/train-eval-train"]
+    assert budgets.stale({"llama-tiny/loha/train-eval-train"}) == []

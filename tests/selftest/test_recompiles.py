@@ -1,0 +1,77 @@
+"""Recompile auditing fails, with the guard reason, on toy modules that recompile on purpose."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from compile_audit.budgets import Budget
+from compile_audit.case import CaseAudit
+from compile_audit.guards import parse_guard_failure
+from tests.selftest import toys
+
+pytestmark = pytest.mark.selftest
+
+
+def _run(audit: CaseAudit, module: torch.nn.Module, plan, *, dynamic):
+    compiled = audit.compile(module, dynamic=dynamic)
+    for name, kind, length in plan:
+        module.train(kind == "train")
+        with audit.phase(name, kind), torch.set_grad_enabled(kind == "train"):
+            compiled(torch.randn(length, 4))
+
+
+TRAIN_EVAL_TRAIN = [("train-1", "train", 2), ("eval-1", "eval", 2), ("train-2", "train", 2), ("eval-2", "eval", 2)]
+
+
+def test_train_eval_switch_is_one_expected_recompile():
+    audit = CaseAudit("toy/clean/train-eval", Budget())
+    _run(audit, toys.Clean(), TRAIN_EVAL_TRAIN, dynamic=True)
+    audit.steady_state_after("train-2")
+    assert [r.expected for r in audit.result.recompiles] == [True]
+    assert audit.failures() == ([], [])
+
+
+def test_python_attribute_changed_in_forward_recompiles_unexpectedly():
+    audit = CaseAudit("toy/counter/train", Budget())
+    _run(audit, toys.CountsCalls(), [(f"train-{i}", "train", 2) for i in range(3)], dynamic=True)
+    recompiles = audit.result.unexpected_recompiles
+    assert len(recompiles) == 2
+    assert "calls" in recompiles[0].reason
+    message = audit.failure_message(audit.failures()[0])
+    assert "unexpected recompiles: 2 > budget 0" in message
+    assert "UNEXPECTED" in message and "[train-1]" in message and "calls" in message
+    assert "toys.py" in message  # the recompiled frame: forward at tests/selftest/toys.py:<line>
+
+
+def test_shape_change_with_dynamic_off_recompiles_with_size_reason():
+    audit = CaseAudit("toy/clean/static", Budget())
+    _run(audit, toys.Clean(), [("train-1", "train", 2), ("train-2", "train", 3)], dynamic=False)
+    (recompile,) = audit.result.recompiles
+    assert not recompile.expected
+    assert "size" in recompile.reason.lower()
+    assert "unexpected recompiles: 1 > budget 0" in audit.failure_message(audit.failures()[0])
+
+
+def test_steady_state_violation_is_reported_with_phase_and_reason():
+    audit = CaseAudit("toy/counter/steady", Budget(unexpected_recompiles=5, recompiles=5, note="x", recorded=True))
+    _run(audit, toys.CountsCalls(), TRAIN_EVAL_TRAIN, dynamic=True)
+    audit.steady_state_after("train-2")
+    failures, _ = audit.failures()
+    steady = [f for f in failures if f.startswith("steady state")]
+    assert steady and "[eval-2]" in steady[0] and "calls" in steady[0]
+
+
+def test_training_flag_guard_is_shortened_and_located():
+    reason = (
+        "0/0: self.__dict__['_modules']['base']._modules['drop'].training == True  # F.dropout(...)\n"
+        "User stack trace:\n"
+        '  File "/x/site-packages/peft/tuners/lora/layer.py", line 12, in forward\n'
+        "    y = dropout(x)\n"
+        '  File "/x/site-packages/torch/nn/modules/dropout.py", line 73, in forward\n'
+    )
+    failure = parse_guard_failure(reason)
+    assert failure.guard == "self.base.drop.training == True"
+    assert failure.location == "peft/tuners/lora/layer.py:12"
+    assert failure.is_mode_switch
+    assert not parse_guard_failure("0/1: tensor 'x' size mismatch at index 0").is_mode_switch

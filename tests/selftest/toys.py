@@ -1,0 +1,70 @@
+"""Toy modules built to break, recompile or diverge on purpose. Lines tagged `# PLANTED:<name>` are
+where the trouble is; the self-tests look the line number up, so editing this file cannot break them."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+
+
+def planted_line(name: str) -> str:
+    """``tests/selftest/toys.py:<line>`` of the line tagged ``# PLANTED:<name>``."""
+    lines, _ = inspect.getsourcelines(inspect.getmodule(planted_line))
+    for number, line in enumerate(lines, start=1):
+        if line.rstrip().endswith(f"# PLANTED:{name}"):
+            return f"tests/selftest/toys.py:{number}"
+    raise LookupError(name)
+
+
+class Clean(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.dropout = nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.linear(x)).relu()
+
+
+class Prints(Clean):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        print("shape", tuple(y.shape))  # PLANTED:print
+        return y.relu()
+
+
+class CallsItem(Clean):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        scale = y.abs().max().item()  # PLANTED:item
+        return y / (scale + 1.0)
+
+
+class BranchesOnData(Clean):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        if y.sum() > 0:  # PLANTED:branch
+            return y.relu()
+        return -y
+
+
+class CountsCalls(Clean):
+    """A Python attribute changed in forward and used as a constant: every call recompiles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.linear(x) * self.calls  # PLANTED:counter
+
+
+class DivergesUnderCompile(Clean):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        if torch.compiler.is_compiling():
+            y = y + 1e-2  # PLANTED:diverge
+        return y

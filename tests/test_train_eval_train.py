@@ -1,0 +1,85 @@
+"""Scenario train-eval-train: the MetaMathQA loop (train, evaluate, train again) under torch.compile.
+
+Per case, from one compiled run: graph breaks and recompiles within budget, none unexpected; the
+second train/eval cycle compiles nothing; losses equal eager; dropout is really off in eval;
+training moved every trainable adapter weight and no frozen one.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from bench_models import eval_step, make_batch, make_optimizer, train_step
+from compile_audit.parity import compare_losses, compare_tensors, parameter_changes, snapshot_parameters
+
+# (phase, kind, sequence length): three lengths so dynamic shapes are exercised before the
+# first eval; the cycle train -> eval -> train ends at train-4, after which nothing may compile.
+PLAN = [
+    ("train-1", "train", 8),
+    ("train-2", "train", 12),
+    ("train-3", "train", 16),
+    ("eval-1", "eval", 10),
+    ("train-4", "train", 8),
+    ("eval-2", "eval", 10),
+    ("train-5", "train", 12),
+]
+FIRST_CYCLE_ENDS = "train-4"
+TOLERANCES = {"cpu": {"rtol": 1e-4, "atol": 1e-5}, "cuda": {"rtol": 2e-2, "atol": 2e-2}}
+
+
+@pytest.mark.scenario("train-eval-train")
+def test_train_eval_train(case, device, make_peft_model, case_audit, check_budget):
+    # Inductor's RNG differs from eager's, so GPU cases compare losses with dropout off.
+    model = make_peft_model(**({"dropout": 0.0} if case.tier == "cuda" else {}))
+    eager = copy.deepcopy(model)
+    tolerance = TOLERANCES[case.tier]
+    batches = {
+        name: make_batch(case.model, case.method, seq_len=length, seed=step, device=device)
+        for step, (name, _, length) in enumerate(PLAN)
+    }
+
+    model.train()
+    case_audit.graph_breaks(model, **batches["train-1"], call="train forward", dynamic=True)
+    model.eval()
+    with torch.no_grad():
+        case_audit.graph_breaks(model, **batches["eval-1"], call="eval forward", dynamic=True)
+
+    before = snapshot_parameters(model)
+    compiled = case_audit.compile(model, dynamic=True)
+    optimizer, eager_optimizer = make_optimizer(model), make_optimizer(eager)
+    compiled_losses, eager_losses = [], []
+    for step, (name, kind, _) in enumerate(PLAN):
+        batch = batches[name]
+        if kind == "train":
+            torch.manual_seed(step)
+            with case_audit.phase(name, kind):
+                compiled_losses.append(train_step(compiled, optimizer, batch))
+            torch.manual_seed(step)
+            eager_losses.append(train_step(eager, eager_optimizer, batch))
+        else:
+            with case_audit.phase(name, kind):
+                first, second = eval_step(compiled, batch), eval_step(compiled, batch)
+            case_audit.expect(
+                compare_tensors(
+                    f"[{name}] two compiled eval calls (dropout on in eval?)", first, second, rtol=0, atol=0
+                )
+            )
+            case_audit.expect(
+                compare_tensors(
+                    f"[{name}] compiled eval vs eager eval logits", eval_step(eager, batch), first, **tolerance
+                )
+            )
+    case_audit.steady_state_after(FIRST_CYCLE_ENDS)
+
+    case_audit.expect(compare_losses(eager_losses, compiled_losses, **tolerance))
+    changed, unchanged, frozen_changed = parameter_changes(before, model)
+    if not changed:
+        case_audit.expect("training changed no trainable parameter")
+    elif unchanged:
+        case_audit.expect(f"training left {len(unchanged)} trainable parameter(s) unchanged: {unchanged[:5]}")
+    if frozen_changed:
+        case_audit.expect(f"training changed {len(frozen_changed)} frozen parameter(s): {frozen_changed[:5]}")
+    check_budget(case_audit)

@@ -14,6 +14,8 @@ from compile_audit.graph_breaks import GraphBreakReport, find_graph_breaks
 from compile_audit.recompiles import PhaseAudit, PhaseRecord
 from compile_audit.result import AuditResult
 
+MAX_LISTED = 15  # recompiles listed in a failure message; the JSON report has all
+
 
 class CaseAudit:
     """Everything one case measured, and the verdict against its budget.
@@ -36,7 +38,7 @@ class CaseAudit:
         if self._phases is not None:
             raise RuntimeError("graph_breaks() after compile(): torch._dynamo.explain would reset the audit")
         report = find_graph_breaks(fn, *args, call=call, **kwargs)
-        self.result.graph_breaks.append(report)
+        self.result.explained.append(report)
         return report
 
     def compile(self, fn: Any, **compile_kwargs: Any) -> Any:
@@ -80,7 +82,10 @@ class CaseAudit:
                 section += [f"  {line}" for line in self.result.describe_breaks()]
             if self.result.recompiles:
                 section.append("recompiles:")
-                section += [f"  {r.describe()}" for r in self.result.recompiles]
+                section += [f"  {r.describe()}" for r in self.result.recompiles[:MAX_LISTED]]
+                hidden = len(self.result.recompiles) - MAX_LISTED
+                if hidden > 0:
+                    section.append(f"  ... {hidden} more recompiles (all of them in --compile-report)")
             if self.budget.note:
                 section.append(f"budget note: {self.budget.note}")
             failures.append("\n".join(section))

@@ -75,6 +75,14 @@ def _user_frame(user_stack: list[Any]) -> tuple[str, str]:
     return location(frame.filename, frame.lineno), (frame.line or "").strip()
 
 
+def graph_break_of(compile_reason: Any) -> GraphBreak | None:
+    """The break behind one compiled graph (``gm.compile_subgraph_reason``), as explain() reads it."""
+    if compile_reason is None or not getattr(compile_reason, "graph_break", False):
+        return None
+    where, source = _user_frame(list(compile_reason.user_stack))
+    return GraphBreak(reason=one_line_reason(compile_reason.reason), location=where, source=source)
+
+
 def find_graph_breaks(
     fn: Callable[..., Any], *args: Any, call: str = "call", dynamic: bool | None = None, **kwargs: Any
 ) -> GraphBreakReport:
@@ -84,8 +92,5 @@ def find_graph_breaks(
     """
     with dynamic_shapes(dynamic):
         explanation = torch._dynamo.explain(fn)(*args, **kwargs)
-    breaks = []
-    for reason in explanation.break_reasons:
-        where, source = _user_frame(list(reason.user_stack))
-        breaks.append(GraphBreak(reason=one_line_reason(reason.reason), location=where, source=source))
-    return GraphBreakReport(call=call, breaks=breaks, graph_count=explanation.graph_count)
+    breaks = [graph_break_of(reason) for reason in explanation.break_reasons]
+    return GraphBreakReport(call=call, breaks=[b for b in breaks if b], graph_count=explanation.graph_count)

@@ -19,6 +19,7 @@ import torch
 import torch._dynamo
 from torch._dynamo.callback import CallbackArgs, CallbackTrigger
 
+from compile_audit.graph_breaks import GraphBreak, GraphBreakReport, graph_break_of
 from compile_audit.guards import GuardFailure, parse_guard_failure
 from compile_audit.locations import code_location
 
@@ -62,23 +63,34 @@ class PhaseRecord:
     compile_seconds: float = 0.0
     seconds: float = 0.0
     recompiles: list[Recompile] = dataclasses.field(default_factory=list)
+    graph_breaks: list[GraphBreak] = dataclasses.field(default_factory=list)
+
+    def break_report(self) -> GraphBreakReport:
+        return GraphBreakReport(call=self.name, breaks=self.graph_breaks, graph_count=self.graphs_compiled)
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "recompiles"}
+        skip = ("recompiles", "graph_breaks")
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
+        data["graph_breaks"] = len(self.graph_breaks)
         data["recompiles"] = [r.to_dict() for r in self.recompiles]
         return data
 
 
 class CountingBackend:
-    """Wraps a real backend (name or callable) and counts the graphs handed to it."""
+    """Wraps a real backend (name or callable); counts the graphs handed to it and, as
+    ``torch._dynamo.explain`` does, records the graph break that ended each graph."""
 
     def __init__(self, backend: str | Callable[..., Any] = "eager") -> None:
         self.name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
         self._inner = torch._dynamo.lookup_backend(backend) if isinstance(backend, str) else backend
         self.graphs = 0
+        self.breaks: list[GraphBreak] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         self.graphs += 1
+        brk = graph_break_of(getattr(gm, "compile_subgraph_reason", None))
+        if brk is not None:
+            self.breaks.append(brk)
         return self._inner(gm, example_inputs)
 
 
@@ -167,7 +179,7 @@ class PhaseAudit:
         self.phases.append(record)
 
         listener = _PhaseListener(record)
-        graphs_before = self.backend.graphs
+        graphs_before, breaks_before = self.backend.graphs, len(self.backend.breaks)
         started = time.perf_counter()
         try:
             with listener.installed():
@@ -175,6 +187,7 @@ class PhaseAudit:
         finally:
             record.seconds = time.perf_counter() - started
             record.graphs_compiled = self.backend.graphs - graphs_before
+            record.graph_breaks = self.backend.breaks[breaks_before:]
 
     @property
     def recompiles(self) -> list[Recompile]:

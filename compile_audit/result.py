@@ -12,9 +12,14 @@ from compile_audit.recompiles import PhaseRecord, Recompile
 @dataclasses.dataclass
 class AuditResult:
     case_id: str
-    graph_breaks: list[GraphBreakReport] = dataclasses.field(default_factory=list)
+    explained: list[GraphBreakReport] = dataclasses.field(default_factory=list)  # from explain()
     phases: list[PhaseRecord] = dataclasses.field(default_factory=list)
     steady_state_from: str | None = None  # after this phase, nothing may compile
+
+    @property
+    def graph_breaks(self) -> list[GraphBreakReport]:
+        """Breaks counted by explain() calls, then those hit while compiling each phase."""
+        return self.explained + [p.break_report() for p in self.phases if p.graph_breaks]
 
     @property
     def graph_break_count(self) -> int:

@@ -41,12 +41,6 @@ def test_train_eval_train(case, device, make_peft_model, case_audit, check_budge
         for step, (name, _, length) in enumerate(PLAN)
     }
 
-    model.train()
-    case_audit.graph_breaks(model, **batches["train-1"], call="train forward", dynamic=True)
-    model.eval()
-    with torch.no_grad():
-        case_audit.graph_breaks(model, **batches["eval-1"], call="eval forward", dynamic=True)
-
     before = snapshot_parameters(model)
     compiled = case_audit.compile(model, dynamic=True)
     optimizer, eager_optimizer = make_optimizer(model), make_optimizer(eager)

@@ -13,7 +13,7 @@ import bench_models
 from compile_audit.budgets import BudgetFile, BudgetFileError, Observed
 from compile_audit.case import CaseAudit
 from compile_audit.report import build_report, summary_table, write_report
-from tests.cases import CPU_BACKENDS, Case, all_case_ids, cases_for
+from tests.cases import CPU_BACKENDS, Case, all_case_ids, cases_for, operation_of
 
 DEFAULT_BUDGETS = Path(__file__).parent / "tests" / "compile_budgets.toml"
 _BUDGETS = pytest.StashKey[BudgetFile]()
@@ -76,8 +76,13 @@ def device(case: Case) -> str:
 def make_peft_model(case: Case, device: str):
     """Build the PEFT model of the case (seeded); a combination the zoo cannot run is a skip with its reason."""
 
+    operation = operation_of(case.scenario)
+
     def build(**overrides):
-        reason = bench_models.skip_reason(case.model, case.method)
+        if operation is None:
+            reason = bench_models.skip_reason(case.model, case.method)
+        else:
+            reason = bench_models.operation_skip_reason(case.model, case.method, operation)
         if reason:
             pytest.skip(reason)
         dtype = torch.bfloat16 if case.tier == "cuda" else None

@@ -1,0 +1,40 @@
+"""Models, PEFT methods and workloads for the torch.compile regression gate.
+
+Everything is built from configs with random weights; nothing is downloaded. This package never imports
+compile_audit or pytest.
+"""
+
+from .methods import (
+    EXCLUDED_PEFT_TYPES,
+    METHODS,
+    OPERATIONS,
+    Method,
+    add_adapter,
+    build_peft_model,
+    get_method,
+    operation_skip_reason,
+    skip_reason,
+)
+from .models import MODELS, ModelSpec, build_base_model, get_spec, library_versions
+from .workloads import eval_step, make_batch, make_optimizer, train_step
+
+__all__ = [
+    "EXCLUDED_PEFT_TYPES",
+    "METHODS",
+    "MODELS",
+    "OPERATIONS",
+    "Method",
+    "ModelSpec",
+    "add_adapter",
+    "build_base_model",
+    "build_peft_model",
+    "eval_step",
+    "get_method",
+    "get_spec",
+    "library_versions",
+    "make_batch",
+    "make_optimizer",
+    "operation_skip_reason",
+    "skip_reason",
+    "train_step",
+]

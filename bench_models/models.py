@@ -42,11 +42,18 @@ class ModelSpec:
     attn_implementation: str = "sdpa"
 
     def config_dict(self) -> dict[str, Any]:
-        """The config kwargs (without "_source"-style metadata keys), a fresh copy each call."""
+        """The transformers config kwargs, model_type included (for full-size models: the JSON minus the "_..."
+        metadata keys and dtype/version keys), a fresh copy each call."""
         if self.config is not None:
             return json.loads(json.dumps(self.config))
         raw = _load_json(self.config_file)
         return {k: v for k, v in raw.items() if not k.startswith("_") and k not in _NOT_CONFIG_KEYS}
+
+    def published_config(self) -> dict[str, Any]:
+        """Full-size models: the JSON file as stored, metadata keys ("_source", "_params_billion") included."""
+        if self.config_file is None:
+            raise ValueError(f"{self.key} is not a published model")
+        return json.loads(json.dumps(_load_json(self.config_file)))
 
     def hf_config(self):
         from transformers import AutoConfig
@@ -69,10 +76,6 @@ class ModelSpec:
     @property
     def num_labels(self) -> int:
         return self.config_dict().get("num_labels", 2)
-
-    @property
-    def is_decoder(self) -> bool:
-        return self.task == CAUSAL_LM
 
 
 @cache
@@ -225,7 +228,7 @@ def get_spec(model_key: str) -> ModelSpec:
         raise ValueError(f"unknown model {model_key!r}; valid models: {', '.join(MODELS)}") from None
 
 
-def _auto_class(spec: ModelSpec):
+def auto_model_class(spec: ModelSpec):
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     return AutoModelForCausalLM if spec.task == CAUSAL_LM else AutoModelForSequenceClassification
@@ -246,7 +249,7 @@ def build_base_model(
     """
     spec = get_spec(model_key)
     config = spec.hf_config()
-    auto_cls = _auto_class(spec)
+    auto_cls = auto_model_class(spec)
     device = torch.device(device)
     via_meta = spec.full_size if _via_meta is None else _via_meta
     torch.manual_seed(seed)
@@ -258,7 +261,18 @@ def build_base_model(
     else:
         model = auto_cls.from_config(config, attn_implementation=spec.attn_implementation)
         model.to(device=device, dtype=dtype)
+    _randomize_biases(model, seed)
     return model.train()
+
+
+@torch.no_grad()
+def _randomize_biases(model, seed: int) -> None:
+    # transformers initializes every bias to zero; trained checkpoints have non-zero biases. A zero bias hides
+    # bias merges and zeroes the gradient of adapters that scale the bias (GLoRA's D), so draw small seeded ones.
+    gen = torch.Generator().manual_seed(seed)
+    for name, param in model.named_parameters():
+        if name.endswith("bias"):
+            param.copy_(torch.randn(param.shape, generator=gen) * 0.02)
 
 
 @torch.no_grad()

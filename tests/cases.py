@@ -9,7 +9,18 @@ from bench_models import METHODS, MODELS
 # Scenario -> the lifecycle operation a method must support to run it (None: every method).
 SCENARIOS: dict[str, str | None] = {
     "train-eval-train": None,
+    "multi-adapter": "multi-adapter",
+    "disable-adapter": "disable-adapter",
+    "merge-unmerge": "merge-unmerge",
+    "mixed-batch": "mixed-batch",
+    "hotswap": "hotswap",
+    "gradient-checkpointing": "gradient-checkpointing",
+    "generate": "generate",
+    "dynamic-modes": None,
 }
+# Lifecycle scenarios run LoRA on every tiny architecture by default (the CPU tier must stay under
+# 10 minutes on 2 cores); every other method supporting the operation runs with --full-matrix.
+LIFECYCLE_DEFAULT_METHODS = ("lora",)
 
 # Beyond llama-tiny (every method), each other architecture runs these plus every method with
 # architecture-specific code; the whole product is behind --full-matrix.
@@ -42,13 +53,21 @@ class Case:
         return f"{base}@{self.device}-{self.backend}"
 
 
+def operation_of(scenario: str) -> str | None:
+    return SCENARIOS[scenario]
+
+
 def _supports(method: str, scenario: str) -> bool:
     operation = SCENARIOS[scenario]
     return operation is None or operation in METHODS[method].operations
 
 
-def _cpu_methods(model: str, full_matrix: bool) -> list[str]:
-    if full_matrix or model == DEFAULT_FULL_METHOD_MODEL:
+def _cpu_methods(model: str, scenario: str, full_matrix: bool) -> list[str]:
+    if full_matrix:
+        return list(METHODS)
+    if scenario != "train-eval-train":
+        return [m for m in LIFECYCLE_DEFAULT_METHODS if m in METHODS]
+    if model == DEFAULT_FULL_METHOD_MODEL:
         return list(METHODS)
     return [m for m in METHODS if m in CORE_METHODS or METHODS[m].architecture_specific]
 
@@ -64,10 +83,12 @@ def cases_for(scenario: str, *, full_matrix: bool = False, cpu_backend: str = "e
             continue
         cases += [
             Case(model, method, scenario, "cpu", cpu_backend)
-            for method in _cpu_methods(model, full_matrix)
+            for method in _cpu_methods(model, scenario, full_matrix)
             if _supports(method, scenario)
         ]
     gpu_methods = list(METHODS) if full_matrix else [m for m in GPU_METHODS if m in METHODS]
+    if scenario != "train-eval-train" and not full_matrix:
+        gpu_methods = [m for m in LIFECYCLE_DEFAULT_METHODS if m in METHODS]
     for model in GPU_MODELS:
         cases += [Case(model, m, scenario, "cuda", "inductor") for m in gpu_methods if _supports(m, scenario)]
     return cases

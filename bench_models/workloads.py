@@ -1,0 +1,79 @@
+"""Synthetic batches and one-step train/eval loops."""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from .methods import NUM_TASKS, get_method
+from .models import CAUSAL_LM, get_spec
+
+# Token ids below this are kept free for pad/bos/eos.
+_FIRST_TOKEN_ID = 3
+
+
+def make_batch(
+    model_key: str,
+    method_name: str | None = None,
+    *,
+    batch_size: int = 2,
+    seq_len: int = 8,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+) -> dict[str, torch.Tensor]:
+    """A seeded synthetic batch: input_ids, attention_mask, labels, plus what the method's forward needs."""
+    spec = get_spec(model_key)
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(_FIRST_TOKEN_ID, spec.vocab_size, (batch_size, seq_len), generator=gen)
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
+    method = get_method(method_name) if method_name is not None else None
+    if method is not None and method.batch_token_ids:
+        # Put the adapter's trainable token ids right after the first token of every row.
+        token_ids = torch.tensor(method.batch_token_ids[: seq_len - 1])
+        input_ids[:, 1 : 1 + len(token_ids)] = token_ids
+    if spec.task == CAUSAL_LM:
+        batch["labels"] = input_ids.clone()
+    else:
+        batch["labels"] = torch.randint(0, spec.num_labels, (batch_size,), generator=gen)
+    if method is not None and "task_ids" in method.batch_keys:
+        batch["task_ids"] = torch.arange(batch_size) % NUM_TASKS
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def make_optimizer(model) -> torch.optim.Optimizer:
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+
+
+# Steps taken per optimizer, for methods whose per-step hook needs a global step (AdaLoRA).
+_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _rank_allocator(model):
+    """The tuner's `update_and_allocate` (AdaLoRA, AdaMSS), looking through a torch.compile wrapper."""
+    model = getattr(model, "_orig_mod", model)
+    tuner = getattr(model, "base_model", None)
+    return getattr(tuner, "update_and_allocate", None)
+
+
+def train_step(model, optimizer, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    model.train()
+    loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    # AdaLoRA's rank allocation is part of its training loop per PEFT's docs (after step, before zero_grad: it
+    # reads the grads). It is eager bookkeeping outside forward, so it stays here, uncompiled, even when `model`
+    # is compiled; its in-place masking of lora_E between steps is what a compiled forward must tolerate.
+    update_and_allocate = _rank_allocator(model)
+    if update_and_allocate is not None:
+        step = _STEPS.get(optimizer, 0)
+        update_and_allocate(step)
+        _STEPS[optimizer] = step + 1
+    optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def eval_step(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    model.eval()
+    with torch.no_grad():
+        return model(**batch).logits.detach()

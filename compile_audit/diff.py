@@ -1,0 +1,462 @@
+"""What changed between two compile reports (base, head), worst first, as markdown.
+
+    python -m compile_audit.diff BASE.json HEAD.json [--timing-threshold PCT] [--memory-threshold PCT]
+                                 [--chart] [--output FILE]
+
+Exit status: 0 when nothing regressed, 1 when something did, 2 when a report cannot be used.
+
+A case regressed when, from base to head, it has more graph breaks, more recompiles or more
+unexpected recompiles; its status got worse (passed -> failed -> error), or it is no longer audited
+(now skipped); or its compiled step time or memory grew beyond the threshold. Counts are compared
+only when both runs audited the case: a skipped or crashed case has no meaningful counts.
+
+Cases in only one report: both runs use the same gate checkout, so the case list differs only when a
+run was cut short or the zoo depends on the PEFT version. A case that was audited in base and is
+missing from head regressed (the gate can no longer vouch for it); one that was only skipped in base
+did not. A case new in head regressed when it fails or errors (it starts outside its budget).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from compile_audit.report import load_report
+
+STEP_TIME_KEY = "compiled_step_ms"
+MEMORY_SUFFIX = "_bytes"  # every benchmarks entry ending in it is a memory figure (reserved_max_bytes, ...)
+# Compiled step-time medians on one GPU move a few percent from run to run (clocks, allocator state,
+# neighbours on a shared machine): 10% keeps that noise out while a real slowdown (a new graph break
+# in the hot path costs far more) still shows. Peak memory of a fixed model and batch is nearly
+# deterministic, so 5% already means something changed. CPU-tier reports carry no timings at all.
+DEFAULT_TIMING_THRESHOLD = 10.0
+DEFAULT_MEMORY_THRESHOLD = 5.0
+MAX_THRESHOLD = 1000.0
+# passed < skipped < failed < error; entering "skipped" from any audited status is treated as worse.
+STATUS_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3}
+GATED_LIBRARIES = ("torch", "transformers", "peft")
+CHART_LIMIT = 30
+REASON_WIDTH = 160
+
+_LINE_NUMBER = re.compile(r"(\.py):\d+")
+_COMPILE_ID = re.compile(r"\b\d+/\d+\b")
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+|\b\d{5,}\b")
+# An underscore between two letters or digits is literal (module_dropout); any other one may be emphasis.
+_MARKDOWN_SPECIAL = re.compile(r"[\\`*<>\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+# The order in which changes are listed and, for sorting cases, weighed: a worse status first, then ...
+METRICS = ("status", "graph breaks", "unexpected recompiles", "recompiles", "compiled step", "memory")
+
+
+@dataclasses.dataclass
+class Change:
+    metric: str  # one of METRICS
+    text: str  # "graph breaks 0 -> 3 (+3)"
+    delta: float  # > 0 worse, < 0 better (a count, a rank or a percentage)
+
+
+@dataclasses.dataclass
+class CaseDiff:
+    case_id: str
+    changes: list[Change]
+    details: list[str] = dataclasses.field(default_factory=list)  # sub-bullets: new breaks, new recompiles
+
+    @property
+    def regressed(self) -> bool:
+        return any(change.delta > 0 for change in self.changes)
+
+    def sort_key(self) -> tuple:
+        """Worst first: regressions by their increases, metric by metric, then improvements by their decreases."""
+        sign = 1 if self.regressed else -1
+        size = {metric: 0.0 for metric in METRICS}
+        for change in self.changes:
+            size[change.metric] = max(size[change.metric], sign * change.delta)
+        return (0 if self.regressed else 1, *(-size[metric] for metric in METRICS), self.case_id)
+
+
+@dataclasses.dataclass
+class ReportDiff:
+    base_versions: dict[str, Any]
+    head_versions: dict[str, Any]
+    base: dict[str, dict[str, Any]]  # cases by id
+    head: dict[str, dict[str, Any]]
+    changed: list[CaseDiff]
+    only_base: list[tuple[dict[str, Any], bool]]  # (case, counts as a regression)
+    only_head: list[tuple[dict[str, Any], bool]]
+
+    @property
+    def regressed(self) -> bool:
+        return any(d.regressed for d in self.changed) or any(r for _, r in self.only_base + self.only_head)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.changed or self.only_base or self.only_head)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def load_cases(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The report's versions and its cases by id; ValueError naming the file when unusable."""
+    report = load_report(path)
+    cases = report.get("cases")
+    if not isinstance(cases, list):
+        raise ValueError(f"{path}: 'cases' is not a list")
+    by_id: dict[str, dict[str, Any]] = {}
+    for index, case in enumerate(cases):
+        if not isinstance(case, dict) or not isinstance(case.get("id"), str) or not isinstance(case.get("status"), str):
+            raise ValueError(f"{path}: case #{index} has no string 'id' and 'status'")
+        if case["id"] in by_id:
+            raise ValueError(f"{path}: case {case['id']!r} appears twice")
+        by_id[case["id"]] = case
+    versions = report.get("versions")
+    return (versions if isinstance(versions, dict) else {}), by_id
+
+
+def _section(case: dict[str, Any], name: str) -> dict[str, Any]:
+    value = case.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def _count(case: dict[str, Any], section: str, key: str) -> int:
+    value = _section(case, section).get(key)
+    return value if isinstance(value, int) else 0
+
+
+def _audited(case: dict[str, Any]) -> bool:
+    return bool(case.get("audited", bool(case.get("phases"))))
+
+
+def _normalize(text: str) -> str:
+    """The same break or guard failure reads the same in both runs: no line numbers, ids, addresses."""
+    return _ADDRESS.sub("#", _COMPILE_ID.sub("#", _LINE_NUMBER.sub(r"\1", text))).strip()
+
+
+def _first_line(text: Any, width: int = REASON_WIDTH) -> str:
+    lines = str(text or "").strip().splitlines()
+    line = lines[0] if lines else ""
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def code(text: Any) -> str:
+    """A markdown code span that survives backticks in the text."""
+    text = str(text).strip()
+    fence = "``" if "`" in text else "`"
+    return f"{fence} {text} {fence}" if fence == "``" else f"`{text}`"
+
+
+def plain(text: str) -> str:
+    """Prose from Dynamo (break reasons) as literal markdown: no stray emphasis, links or HTML."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\g<0>", text)
+
+
+def _breaks(case: dict[str, Any]) -> tuple[collections.Counter, dict[tuple, dict[str, Any]]]:
+    """Occurrences per break (file, reason, source) and one example of each, with its call."""
+    counts: collections.Counter = collections.Counter()
+    examples: dict[tuple, dict[str, Any]] = {}
+    for call in _section(case, "graph_breaks").get("calls") or []:
+        for brk in call.get("breaks") or []:
+            location = str(brk.get("location", "?"))
+            key = (
+                location.rsplit(":", 1)[0],
+                _normalize(str(brk.get("reason", ""))),
+                str(brk.get("source", "")).strip(),
+            )
+            counts[key] += brk.get("occurrences", 1) if isinstance(brk.get("occurrences"), int) else 1
+            examples.setdefault(key, {**brk, "call": call.get("call", "?")})
+    return counts, examples
+
+
+def _recompiles(case: dict[str, Any]) -> tuple[collections.Counter, dict[tuple, dict[str, Any]]]:
+    counts: collections.Counter = collections.Counter()
+    examples: dict[tuple, dict[str, Any]] = {}
+    for event in _section(case, "recompiles").get("events") or []:
+        key = (
+            bool(event.get("expected")),
+            _normalize(str(event.get("frame", ""))),
+            _normalize(str(event.get("reason", ""))),
+        )
+        counts[key] += 1
+        examples.setdefault(key, event)
+    return counts, examples
+
+
+# ----------------------------------------------------------------------------- comparing
+
+
+def _count_change(metric: str, old: int, new: int) -> Change | None:
+    if old == new:
+        return None
+    return Change(metric, f"{metric} {old} -> {new} ({new - old:+d})", new - old)
+
+
+def _status_delta(old: str, new: str) -> int:
+    if old == new:
+        return 0
+    if new == "skipped":  # no longer audited: coverage lost, whatever it was before
+        return 1
+    return STATUS_RANK.get(new, 3) - STATUS_RANK.get(old, 3)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _percent_change(metric: str, what: str, old: Any, new: Any, threshold: float) -> Change | None:
+    """A timing or memory change beyond the threshold (percent of base); smaller ones are noise."""
+    if not (_number(old) and _number(new)) or old <= 0:
+        return None
+    percent = (new - old) / old * 100
+    if abs(percent) <= threshold:
+        return None
+    if metric == "memory":
+        text = f"{what} {old / 2**20:.1f} -> {new / 2**20:.1f} MiB ({percent:+.1f}%)"
+    else:
+        text = f"{what} {old:.1f} -> {new:.1f} ms ({percent:+.1f}%)"
+    return Change(metric, text, percent)
+
+
+def _new_breaks(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Breaks head has beyond base, in head's order: ("new" or "+N more", an example with its call)."""
+    base_counts, _ = _breaks(base)
+    head_counts, examples = _breaks(head)
+    return [
+        ("new" if key not in base_counts else f"+{extra} more", examples[key])
+        for key, extra in (head_counts - base_counts).items()
+    ]
+
+
+def _break_lines(new_breaks: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    lines = []
+    for how, brk in new_breaks:
+        times = f", x{brk['occurrences']}" if isinstance(brk.get("occurrences"), int) else ""
+        source = f" — {code(brk['source'])}" if str(brk.get("source") or "").strip() else ""
+        where = code(brk.get("location", "?"))
+        lines.append(f"{how} break at {where} ({brk['call']}{times}): {plain(_first_line(brk.get('reason')))}{source}")
+    return lines
+
+
+def _new_recompile_lines(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+    base_counts, _ = _recompiles(base)
+    head_counts, examples = _recompiles(head)
+    extra = head_counts - base_counts
+    lines = []
+    for key in sorted(extra, key=lambda k: k[0]):  # unexpected ones first
+        event = examples[key]
+        kind = "expected" if key[0] else "unexpected"
+        times = f" x{extra[key]}" if extra[key] > 1 else ""
+        where = f"in {event.get('phase', '?')} of {code(event.get('frame', '?'))}"
+        lines.append(f"new {kind} recompile{times} {where}: {code(_first_line(event.get('reason')))}")
+    return lines
+
+
+def compare_case(
+    base: dict[str, Any], head: dict[str, Any], timing_threshold: float, memory_threshold: float
+) -> CaseDiff | None:
+    changes: list[Change | None] = []
+    details: list[str] = []
+    status_delta = _status_delta(base["status"], head["status"])
+    if status_delta:
+        changes.append(Change("status", f"status {base['status']} -> {head['status']}", status_delta))
+    if status_delta > 0 and head["status"] in ("error", "skipped") and head.get("message"):
+        details.append(f"{head['status']}: {_first_line(head['message'])}")
+    if _audited(base) and _audited(head):
+        breaks = _count_change(
+            "graph breaks", _count(base, "graph_breaks", "count"), _count(head, "graph_breaks", "count")
+        )
+        unexpected = _count_change(
+            "unexpected recompiles", _count(base, "recompiles", "unexpected"), _count(head, "recompiles", "unexpected")
+        )
+        recompiles = _count_change(
+            "recompiles", _count(base, "recompiles", "count"), _count(head, "recompiles", "count")
+        )
+        new_breaks = _new_breaks(base, head) if breaks and breaks.delta > 0 else []
+        first_new = next((brk for how, brk in new_breaks if how == "new"), None)
+        if breaks and first_new:
+            where, reason = code(first_new.get("location", "?")), plain(_first_line(first_new.get("reason")))
+            breaks.text += f", first at {where}: {reason}"
+        details += _break_lines(new_breaks)
+        if (unexpected and unexpected.delta > 0) or (recompiles and recompiles.delta > 0):
+            details += _new_recompile_lines(base, head)
+        changes += [breaks, unexpected, recompiles]
+    base_bench, head_bench = _section(base, "benchmarks"), _section(head, "benchmarks")
+    step = base_bench.get(STEP_TIME_KEY), head_bench.get(STEP_TIME_KEY)
+    changes.append(_percent_change("compiled step", "compiled step", *step, timing_threshold))
+    for key in sorted(k for k in base_bench.keys() & head_bench.keys() if k.endswith(MEMORY_SUFFIX)):
+        changes.append(_percent_change("memory", key, base_bench[key], head_bench[key], memory_threshold))
+    kept = [c for c in changes if c is not None]
+    return CaseDiff(head["id"], kept, details) if kept else None
+
+
+def compare(
+    base_path: str | Path,
+    head_path: str | Path,
+    timing_threshold: float = DEFAULT_TIMING_THRESHOLD,
+    memory_threshold: float = DEFAULT_MEMORY_THRESHOLD,
+) -> ReportDiff:
+    """Every case that changed, worst first, and the cases only one report has; ValueError on bad input."""
+    base_versions, base = load_cases(base_path)
+    head_versions, head = load_cases(head_path)
+    changed = [
+        diff
+        for case_id in sorted(base.keys() & head.keys())
+        if (diff := compare_case(base[case_id], head[case_id], timing_threshold, memory_threshold))
+    ]
+    changed.sort(key=CaseDiff.sort_key)
+    only_base = [(base[i], base[i]["status"] != "skipped") for i in sorted(base.keys() - head.keys())]
+    only_head = [(head[i], head[i]["status"] in ("failed", "error")) for i in sorted(head.keys() - base.keys())]
+    return ReportDiff(base_versions, head_versions, base, head, changed, only_base, only_head)
+
+
+# ----------------------------------------------------------------------------- rendering
+
+
+def versions_line(base: dict[str, Any], head: dict[str, Any]) -> str:
+    def describe(versions: dict[str, Any]) -> str:
+        return ", ".join(f"{name} {versions.get(name, '?')}" for name in GATED_LIBRARIES)
+
+    differing = [name for name in GATED_LIBRARIES if base.get(name) != head.get(name)]
+    note = f" (differs: {', '.join(differing)})" if differing else " (same versions)"
+    return f"**base** {describe(base)} → **head** {describe(head)}{note}"
+
+
+def _case_lines(diff: CaseDiff) -> list[str]:
+    changes = "; ".join(change.text for change in diff.changes)
+    return [f"- **{diff.case_id}**: {changes}", *(f"  - {detail}" for detail in diff.details)]
+
+
+def _lonely_lines(title: str, cases: list[tuple[dict[str, Any], bool]], why: str) -> list[str]:
+    lines = ["", f"### {title} ({len(cases)})", ""]
+    for case, regressed in cases:
+        counts = ""
+        if _audited(case):
+            breaks, recompiles = _count(case, "graph_breaks", "count"), _count(case, "recompiles", "count")
+            counts = f", graph breaks {breaks}, recompiles {recompiles}"
+            counts += f" ({_count(case, 'recompiles', 'unexpected')} unexpected)"
+        flag = f" — **regression**: {why}" if regressed else ""
+        lines.append(f"- **{case['id']}**: {case['status']}{counts}{flag}")
+    return lines
+
+
+def chart_lines(result: ReportDiff, section: str, key: str) -> list[str]:
+    """A mermaid bar chart of one count: bars for head, a line for base, for the cases where it changed.
+
+    Bars for both would overlap (xychart draws series of one kind on top of each other), hence the line.
+    """
+    base, head = result.base, result.head
+    ids = [
+        d.case_id
+        for d in result.changed
+        if _count(base[d.case_id], section, key) != _count(head[d.case_id], section, key)
+    ]
+    ids = [i for i in ids if _audited(base[i]) and _audited(head[i])][:CHART_LIMIT]
+    if not ids:
+        return []
+    old = [_count(base[i], section, key) for i in ids]
+    new = [_count(head[i], section, key) for i in ids]
+    label = section.replace("_", " ") if key == "count" else f"{key} {section.replace('_', ' ')}"
+    return [
+        "",
+        "```mermaid",
+        "xychart-beta horizontal",
+        f'    title "{label}: bars = head, line = base"',
+        "    x-axis [" + ", ".join(f'"{i}"' for i in ids) + "]",
+        f'    y-axis "{label}" 0 --> {max(old + new) + 1}',
+        f"    bar [{', '.join(map(str, new))}]",
+        f"    line [{', '.join(map(str, old))}]",
+        "```",
+    ]
+
+
+def render(result: ReportDiff, chart: bool = False) -> str:
+    lines = ["## torch.compile gate: base vs head", "", versions_line(result.base_versions, result.head_versions), ""]
+    if result.empty:
+        return "\n".join([*lines, "no changes", ""])
+    regressions = [d for d in result.changed if d.regressed]
+    improvements = [d for d in result.changed if not d.regressed]
+    verdict = "**regressed**" if result.regressed else "no regression"
+    lines.append(
+        f"{verdict}: {len(regressions)} case(s) worse, {len(improvements)} better, "
+        f"{len(result.only_base)} only in base, {len(result.only_head)} only in head"
+    )
+    for title, diffs in (("Regressions", regressions), ("Improvements", improvements)):
+        if diffs:
+            lines += ["", f"### {title} ({len(diffs)})", ""]
+            for diff in diffs:
+                lines += _case_lines(diff)
+    if result.only_base:
+        lines += _lonely_lines("Only in base", result.only_base, "audited in base, missing from head")
+    if result.only_head:
+        lines += _lonely_lines("Only in head", result.only_head, "new case outside its budget")
+    if chart:
+        lines += chart_lines(result, "graph_breaks", "count")
+        lines += chart_lines(result, "recompiles", "unexpected")
+    return "\n".join([*lines, ""])
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def _threshold(option: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} must be a percentage, got {text!r}") from None
+        if not 0 <= value <= MAX_THRESHOLD:  # also rejects nan
+            raise argparse.ArgumentTypeError(f"{option} must be between 0 and {MAX_THRESHOLD:g} (percent), got {text}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m compile_audit.diff",
+        description="Compare two compile reports; exit 1 when head regressed, 2 when a report is unusable.",
+    )
+    parser.add_argument("base", help="report of the base run (pytest --compile-report)")
+    parser.add_argument("head", help="report of the head run")
+    parser.add_argument(
+        "--timing-threshold",
+        type=_threshold("--timing-threshold"),
+        default=DEFAULT_TIMING_THRESHOLD,
+        metavar="PCT",
+        help=f"compiled step time change (percent) below which it is noise (default {DEFAULT_TIMING_THRESHOLD:g})",
+    )
+    parser.add_argument(
+        "--memory-threshold",
+        type=_threshold("--memory-threshold"),
+        default=DEFAULT_MEMORY_THRESHOLD,
+        metavar="PCT",
+        help=f"memory change (percent) below which it is noise (default {DEFAULT_MEMORY_THRESHOLD:g})",
+    )
+    parser.add_argument("--chart", action="store_true", help="add mermaid charts of the changed counts")
+    parser.add_argument("--output", metavar="FILE", help="write the markdown to FILE instead of stdout")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        result = compare(args.base, args.head, args.timing_threshold, args.memory_threshold)
+    except ValueError as error:
+        print(f"compile_audit.diff: {error}", file=sys.stderr)
+        return 2
+    text = render(result, chart=args.chart)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 1 if result.regressed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

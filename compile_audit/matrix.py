@@ -1,0 +1,195 @@
+"""The compatibility matrix: one compile report as markdown, a table per model, a row per method.
+
+    python -m compile_audit.matrix REPORT.json [--output docs/compile-matrix.md]
+
+Each cell is ``graph breaks / recompiles`` of one case with its status marker; the same report always
+renders the same text (sorted, no clock), so the committed file only changes when results do.
+Exit status 2 when the report cannot be used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from compile_audit.report import load_report
+
+MARKERS = {"passed": "✅", "failed": "⚠️", "error": "❌", "skipped": "⏭"}
+UNKNOWN_MARKER = "❓"
+NOT_A_CASE = "–"
+FOOTNOTE_WIDTH = 200
+LIBRARIES = ("torch", "transformers", "peft", "python")
+LEGEND = [
+    "Each cell is one case (method × scenario on that model): `graph breaks / recompiles` of its compiled run.",
+    "",
+    "- ✅ passed: within its budget",
+    "- ⚠️ failed: over its budget (or another check of the case failed)",
+    "- ❌ error: the case crashed; the error is in the footnote (counts shown when the audit got that far)",
+    "- ⏭ skipped: not run here; the reason is in the footnote",
+    "- `(N unexp.)`: N of the recompiles were unexpected (not caused by the train/eval switch)",
+    "- `1.63×`: compiled step time speedup over eager (GPU tier only)",
+    f"- {NOT_A_CASE}: no such case (the method does not support the scenario or this model)",
+]
+
+
+def _text(case: dict[str, Any], key: str) -> str:
+    value = case.get(key)
+    return value if isinstance(value, str) else ""
+
+
+def _count(case: dict[str, Any], section: str, key: str) -> int:
+    value = (case.get(section) or {}).get(key)
+    return value if isinstance(value, int) else 0
+
+
+def _audited(case: dict[str, Any]) -> bool:
+    return bool(case.get("audited", bool(case.get("phases"))))
+
+
+def load_cases(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The report and its cases; ValueError naming the file when a case lacks what a cell needs."""
+    report = load_report(path)
+    cases = report.get("cases")
+    if not isinstance(cases, list):
+        raise ValueError(f"{path}: 'cases' is not a list")
+    for index, case in enumerate(cases):
+        missing = [
+            k
+            for k in ("id", "model", "method", "scenario", "status")
+            if not isinstance(case, dict) or not _text(case, k)
+        ]
+        if missing:
+            raise ValueError(f"{path}: case #{index} has no {', '.join(missing)}")
+    return report, cases
+
+
+def section_of(case: dict[str, Any]) -> tuple[str, str]:
+    """(tier, title) of the table a case goes in: one per model and device/backend."""
+    device, backend = _text(case, "device") or "cpu", _text(case, "backend") or "?"
+    return (_text(case, "tier") or device, f"{case['model']} · {device} / {backend}")
+
+
+class Footnotes:
+    """Numbered footnotes, one per distinct text, in order of first use."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[str, int] = {}
+
+    def ref(self, text: str) -> str:
+        lines = text.strip().splitlines()
+        line = lines[0] if lines else "(no message)"
+        line = line if len(line) <= FOOTNOTE_WIDTH else line[: FOOTNOTE_WIDTH - 1] + "…"
+        number = self.numbers.setdefault(line, len(self.numbers) + 1)
+        return f"[^{number}]"
+
+    def lines(self) -> list[str]:
+        return [f"[^{number}]: {text}" for text, number in self.numbers.items()]
+
+
+def cell(case: dict[str, Any], footnotes: Footnotes) -> str:
+    status = case["status"]
+    marker = MARKERS.get(status, UNKNOWN_MARKER)
+    if status == "skipped" or (status == "error" and not _audited(case)):
+        return marker + footnotes.ref(_text(case, "message") or status)
+    text = f"{marker} {_count(case, 'graph_breaks', 'count')} / {_count(case, 'recompiles', 'count')}"
+    unexpected = _count(case, "recompiles", "unexpected")
+    if unexpected:
+        text += f" ({unexpected} unexp.)"
+    speedup = (case.get("benchmarks") or {}).get("speedup")
+    if isinstance(speedup, (int, float)) and not isinstance(speedup, bool):
+        text += f" · {speedup:.2f}×"
+    if status == "error":
+        text += footnotes.ref(_text(case, "message") or "error")
+    return text
+
+
+def _table(cases: list[dict[str, Any]], footnotes: Footnotes) -> list[str]:
+    scenarios = sorted({c["scenario"] for c in cases})
+    by_method: dict[str, dict[str, dict]] = collections.defaultdict(dict)
+    for case in cases:
+        by_method[case["method"]][case["scenario"]] = case
+    lines = ["| method | " + " | ".join(scenarios) + " |", "| --- |" + " --- |" * len(scenarios)]
+    for method in sorted(by_method):
+        cells = [cell(by_method[method][s], footnotes) if s in by_method[method] else NOT_A_CASE for s in scenarios]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _tally(cases: list[dict[str, Any]]) -> collections.Counter:
+    return collections.Counter(c["status"] for c in cases)
+
+
+def regenerate_command(report_path: str, output: str | None, cases: list[dict[str, Any]]) -> str:
+    pytest_args = ["pytest"]
+    if cases and all(_text(c, "tier") == "cuda" for c in cases):
+        pytest_args += ["-m", "gpu"]
+    cpu_backends = {_text(c, "backend") for c in cases if _text(c, "tier") == "cpu"}
+    if cpu_backends and cpu_backends != {"eager"}:
+        pytest_args += ["--cpu-backend", sorted(cpu_backends)[0]]
+    matrix_args = ["python", "-m", "compile_audit.matrix", report_path] + (["--output", output] if output else [])
+    return f"{shlex.join([*pytest_args, '--compile-report', report_path])} && {shlex.join(matrix_args)}"
+
+
+def render(report: dict[str, Any], cases: list[dict[str, Any]], report_path: str, output: str | None = None) -> str:
+    versions = report.get("versions") or {}
+    described = ", ".join(f"{name} {versions[name]}" for name in LIBRARIES if name in versions)
+    lines = [
+        "# torch.compile compatibility matrix",
+        "",
+        f"Generated from `{report_path}` (run of {report.get('created', '?')}) with {described or 'unknown versions'}.",
+        f"Regenerate: `{regenerate_command(report_path, output, cases)}`",
+        "",
+        *LEGEND,
+    ]
+    sections: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
+    for case in cases:
+        sections[section_of(case)].append(case)
+    order = sorted(sections)
+    lines += ["", "## Summary", "", "| model | cases | ✅ | ⚠️ | ❌ | ⏭ |", "| --- | --- | --- | --- | --- | --- |"]
+    for key in order:
+        tally = _tally(sections[key])
+        counts = " | ".join(str(tally[status]) for status in ("passed", "failed", "error", "skipped"))
+        lines.append(f"| {key[1]} | {len(sections[key])} | {counts} |")
+    footnotes = Footnotes()
+    for key in order:
+        lines += ["", f"## {key[1]}", ""]
+        section = sections[key]
+        reasons = {_text(c, "message") for c in section}
+        if all(c["status"] == "skipped" for c in section) and len(reasons) == 1:
+            # A whole tier not run on this machine (no CUDA, say) reads better as one line than a table of ⏭.
+            every = "The case was" if len(section) == 1 else f"All {len(section)} cases were"
+            lines.append(f"{every} skipped{footnotes.ref(reasons.pop() or 'skipped')}.")
+        else:
+            lines += _table(section, footnotes)
+    if footnotes.numbers:
+        lines += ["", *footnotes.lines()]
+    return "\n".join([*lines, ""])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m compile_audit.matrix", description="Render a compile report as a markdown compatibility matrix."
+    )
+    parser.add_argument("report", help="report written by pytest --compile-report")
+    parser.add_argument("--output", metavar="FILE", help="write the markdown to FILE (e.g. docs/compile-matrix.md)")
+    args = parser.parse_args(argv)
+    try:
+        report, cases = load_cases(args.report)
+    except ValueError as error:
+        print(f"compile_audit.matrix: {error}", file=sys.stderr)
+        return 2
+    text = render(report, cases, args.report, args.output)
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

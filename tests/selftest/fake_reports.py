@@ -1,0 +1,138 @@
+"""Hand-written compile reports (the shape ``pytest --compile-report`` writes) for the diff and matrix self-tests."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from compile_audit.report import SCHEMA
+
+VERSIONS = {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.24.0", "peft": "0.21.2"}
+LOHA_REASON = (
+    "Data-dependent branching: Detected data-dependent branching (e.g. `if my_tensor.sum() > 0:`). "
+    "Dynamo does not support tracing dynamic control flow."
+)
+LOHA_SOURCE = "if (not self.training) or (self.training and torch.rand(1) > module_dropout):"
+EVAL_RECOMPILE = "1/0: ___check_obj_id(L['self'].training, 9560096) (guard from peft/peft_model.py:1811)"
+DEPRECATION_FRAME = "wrapped_func at transformers/utils/deprecation.py:121"
+TYPE_ID_RECOMPILE = (
+    "9/0: ___check_type_id(args[0], 94059199957264), type=<class "
+    "'transformers.models.llama.modeling_llama.LlamaForCausalLM'> (guard from transformers/utils/deprecation.py:126)"
+)
+
+
+def brk(location: str, reason: str, source: str = "", occurrences: int = 1) -> dict[str, Any]:
+    return {"reason": reason, "location": location, "source": source, "occurrences": occurrences}
+
+
+def recompile(phase: str, reason: str, expected: bool, frame: str = "forward at peft/peft_model.py:1801") -> dict:
+    compile_id = reason.split(":", 1)[0]
+    return {
+        "phase": phase,
+        "frame": frame,
+        "compile_id": compile_id.split("/")[0] + "/1",
+        "expected": expected,
+        "reason": reason,
+        "failures": [{"entry": compile_id, "guard": reason.split(": ", 1)[-1], "location": "peft/peft_model.py:1811"}],
+    }
+
+
+def case(
+    case_id: str,
+    status: str = "passed",
+    *,
+    breaks: Sequence[dict] = (),
+    break_budget: int = 0,
+    recompiles: Sequence[dict] = (),
+    recompile_budget: int | None = None,
+    message: str | None = None,
+    benchmarks: dict | None = None,
+    audited: bool | None = None,
+) -> dict[str, Any]:
+    """One case record; a skipped case (by default an error too) is not audited: no phases, zero counts."""
+    path, _, variant = case_id.partition("@")
+    model, method, scenario = path.split("/")
+    device, _, backend = variant.partition("-") if variant else ("cpu", "", "eager")
+    audited = status not in ("skipped", "error") if audited is None else audited
+    breaks, recompiles = list(breaks) if audited else [], list(recompiles) if audited else []
+    count = sum(b["occurrences"] for b in breaks)
+    calls = [{"call": "train-1", "count": count, "graph_count": count + 1, "breaks": breaks}] if breaks else []
+    phase_names = ("train-1", "eval-1", "train-4") if audited else ()
+    phases = [
+        {
+            "name": name,
+            "kind": name.split("-")[0],
+            "first_transition": name == "eval-1",
+            "frames_compiled": 3,
+            "graphs_compiled": 3,
+            "compile_seconds": 1.5,
+            "seconds": 2.0,
+            "graph_breaks": count if name == "train-1" else 0,
+            "recompiles": [r for r in recompiles if r["phase"] == name],
+        }
+        for name in phase_names
+    ]
+    return {
+        "id": case_id,
+        "model": model,
+        "method": method,
+        "scenario": scenario,
+        "device": device,
+        "backend": backend,
+        "tier": "cpu" if device == "cpu" else "cuda",
+        "audited": audited,
+        "wall_seconds": 4.2 if audited else 0.0,
+        "status": status,
+        "message": message,
+        "graph_breaks": {"count": count, "budget": break_budget, "calls": calls},
+        "recompiles": {
+            "count": len(recompiles),
+            "unexpected": sum(not r["expected"] for r in recompiles),
+            "budget": recompile_budget,
+            "unexpected_budget": 0,
+            "events": recompiles,
+        },
+        "steady_state_compiles": 0,
+        "compile_seconds": 4.5 if audited else 0.0,
+        "phases": phases,
+        "benchmarks": benchmarks or {},
+    }
+
+
+def report(cases: list[dict[str, Any]], **versions: str) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "created": "2026-11-30T03:00:00+00:00",
+        "versions": {**VERSIONS, **versions},
+        "cases": sorted(cases, key=lambda c: c["id"]),
+    }
+
+
+def write(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    return path
+
+
+def base_cases() -> list[dict[str, Any]]:
+    """A CPU-tier run of peft 0.21.2: LoRA and IA3 clean, LoHa over budget, a GPU case skipped."""
+    expected_eval = recompile("eval-1", EVAL_RECOMPILE, expected=True)
+    return [
+        case("llama-tiny/lora/train-eval-train", recompiles=[expected_eval]),
+        case("llama-tiny/ia3/train-eval-train", recompiles=[expected_eval]),
+        case(
+            "llama-tiny/loha/train-eval-train",
+            "failed",
+            breaks=[brk("peft/tuners/loha/layer.py:241", LOHA_REASON, LOHA_SOURCE, occurrences=6)],
+            recompiles=[expected_eval]
+            + [recompile("train-1", TYPE_ID_RECOMPILE, expected=False, frame=DEPRECATION_FRAME)] * 2,
+            message="llama-tiny/loha/train-eval-train: graph breaks 6/0, unexpected recompiles 2/0",
+        ),
+        case("qwen2-tiny/lora/train-eval-train", recompiles=[expected_eval]),
+        case(
+            "llama-3.2-1b/lora/train-eval-train@cuda-inductor",
+            "skipped",
+            message="GPU tier: CUDA is not available on this machine",
+        ),
+    ]

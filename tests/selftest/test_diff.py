@@ -1,0 +1,251 @@
+"""The report diff: a planted regression fails it (case, change, location named), identical reports pass."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compile_audit import diff
+from tests.selftest import fake_reports as fake
+
+pytestmark = pytest.mark.selftest
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LORA = "llama-tiny/lora/train-eval-train"
+LOHA = "llama-tiny/loha/train-eval-train"
+IA3 = "llama-tiny/ia3/train-eval-train"
+GPU = "llama-3.2-1b/lora/train-eval-train@cuda-inductor"
+LORA_REASON = "Data-dependent branching: Detected data-dependent branching in lora dropout"
+
+
+def _run(tmp_path, base_cases, head_cases, *options, head_versions=None, capsys):
+    base = fake.write(tmp_path / "base.json", fake.report(base_cases))
+    head = fake.write(tmp_path / "head.json", fake.report(head_cases, **(head_versions or {})))
+    code = diff.main([str(base), str(head), *options])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _by_id(cases):
+    return {c["id"]: c for c in cases}
+
+
+def _head_with(**replacements):
+    """The base run, with some cases replaced (None removes one)."""
+    cases = _by_id(copy.deepcopy(fake.base_cases()))
+    for case_id, replacement in replacements.items():
+        cases.pop(case_id)
+        if replacement is not None:
+            cases[replacement["id"]] = replacement
+    return list(cases.values())
+
+
+def _lora_with_breaks(occurrences=3, status="failed"):
+    expected_eval = fake.recompile("eval-1", fake.EVAL_RECOMPILE, expected=True)
+    return fake.case(
+        LORA,
+        status,
+        breaks=[fake.brk("peft/tuners/lora/layer.py:712", LORA_REASON, "if self.training:", occurrences)],
+        recompiles=[expected_eval],
+    )
+
+
+def _section(out, title):
+    """The lines of one '### title' section of the diff (title, blank line, bullets)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"### {title}"))
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("###")), len(lines))
+    return lines[start:end]
+
+
+def test_identical_reports_say_no_changes_and_pass(tmp_path, capsys):
+    code, out, _ = _run(tmp_path, fake.base_cases(), fake.base_cases(), capsys=capsys)
+    assert code == 0
+    assert "no changes" in out.splitlines()
+    assert "torch 2.13.0+cpu, transformers 5.24.0, peft 0.21.2" in out
+
+
+def test_planted_graph_breaks_fail_naming_case_change_and_location(tmp_path, capsys):
+    head = _head_with(**{LORA: _lora_with_breaks()})
+    code, out, _ = _run(tmp_path, fake.base_cases(), head, head_versions={"peft": "0.22.0.dev0"}, capsys=capsys)
+    assert code == 1
+    regressions = "\n".join(_section(out, "Regressions"))
+    assert f"**{LORA}**: status passed -> failed; graph breaks 0 -> 3 (+3), first at" in regressions
+    assert "`peft/tuners/lora/layer.py:712`: Data-dependent branching" in regressions
+    assert "new break at `peft/tuners/lora/layer.py:712` (train-1, x3)" in regressions
+    assert "`if self.training:`" in regressions
+    assert "(differs: peft)" in out
+    assert "no changes" not in out
+
+
+def test_unexpected_recompile_regression_lists_only_the_new_reason(tmp_path, capsys):
+    loha = copy.deepcopy(_by_id(fake.base_cases())[LOHA])
+    # The same guard failures as base with other run-specific ids, in code that moved down 4 lines: not new.
+    for event in loha["recompiles"]["events"][1:]:
+        event["reason"] = event["reason"].replace("94059199957264", "94311122233344").replace("9/0", "12/0")
+        event["reason"] = event["reason"].replace("deprecation.py:126", "deprecation.py:130")
+        event["frame"] = event["frame"].replace("deprecation.py:121", "deprecation.py:125")
+    new_reason = "3/0: tensor 'L['input_ids']' size mismatch at index 1. expected 8, actual 12"
+    loha["recompiles"]["events"].append(fake.recompile("train-2", new_reason, expected=False))
+    loha["recompiles"]["count"] += 1
+    loha["recompiles"]["unexpected"] += 1
+    code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{LOHA: loha}), capsys=capsys)
+    assert code == 1
+    lines = _section(out, "Regressions")
+    assert f"- **{LOHA}**: unexpected recompiles 2 -> 3 (+1); recompiles 3 -> 4 (+1)" in lines
+    new = [line for line in lines if "new unexpected recompile" in line]
+    assert len(new) == 1, lines
+    assert "in train-2 of `forward at peft/peft_model.py:1801`" in new[0]
+    assert "size mismatch at index 1" in new[0]
+
+
+def test_moved_break_is_not_new_and_more_of_the_same_is_counted(tmp_path, capsys):
+    loha = copy.deepcopy(_by_id(fake.base_cases())[LOHA])
+    # The PR moved LoHa's break down 4 lines and hit it twice more: same break, more occurrences.
+    moved = fake.brk("peft/tuners/loha/layer.py:245", fake.LOHA_REASON, fake.LOHA_SOURCE, occurrences=8)
+    loha["graph_breaks"].update(count=8, calls=[{"call": "train-1", "count": 8, "graph_count": 20, "breaks": [moved]}])
+    code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{LOHA: loha}), capsys=capsys)
+    assert code == 1
+    lines = _section(out, "Regressions")
+    assert lines[2] == f"- **{LOHA}**: graph breaks 6 -> 8 (+2)"  # no "first at": nothing new
+    assert lines[3].startswith("  - +2 more break at `peft/tuners/loha/layer.py:245` (train-1, x8)")
+    assert not any("new break" in line for line in lines)
+
+
+def test_improvements_pass_and_regressions_come_first_worst_first(tmp_path, capsys):
+    loha_fixed = fake.case(LOHA, recompiles=[fake.recompile("eval-1", fake.EVAL_RECOMPILE, expected=True)])
+    ia3 = fake.case(
+        IA3, "failed", breaks=[fake.brk("peft/tuners/ia3/layer.py:98", "Unsupported: call_method", occurrences=1)]
+    )
+    code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{LOHA: loha_fixed}), capsys=capsys)
+    assert code == 0
+    assert f"- **{LOHA}**: status failed -> passed; graph breaks 6 -> 0 (-6)" in _section(out, "Improvements")[2]
+    assert "### Regressions" not in out
+
+    head = _head_with(**{LOHA: loha_fixed, LORA: _lora_with_breaks(occurrences=5), IA3: ia3})
+    code, out, _ = _run(tmp_path, fake.base_cases(), head, capsys=capsys)
+    assert code == 1
+    listed = [line.split("**")[1] for line in out.splitlines() if line.startswith("- **")]
+    assert listed == [LORA, IA3, LOHA]  # +5 breaks before +1, then the improvement
+    assert out.index("### Regressions (2)") < out.index("### Improvements (1)")
+
+
+def test_status_changes(tmp_path, capsys):
+    error = fake.case(LORA, "error", message="RuntimeError: boom\nTraceback ...")
+    code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{LORA: error}), capsys=capsys)
+    assert code == 1
+    assert f"- **{LORA}**: status passed -> error" in out
+    assert "  - error: RuntimeError: boom" in out
+
+    skipped = fake.case(IA3, "skipped", message="ia3 needs peft>=0.23")
+    code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{IA3: skipped}), capsys=capsys)
+    assert code == 1, "a case no longer audited is a regression"
+    assert f"- **{IA3}**: status passed -> skipped" in out
+    assert "recompiles" not in _section(out, "Regressions")[2], "counts of an unaudited case are not compared"
+
+
+def _gpu(step_ms=12.0, reserved=2 * 2**30):
+    return fake.case(
+        GPU, benchmarks={"compiled_step_ms": step_ms, "eager_step_ms": 20.1, "reserved_max_bytes": reserved}
+    )
+
+
+@pytest.mark.parametrize(
+    ("head_ms", "options", "expected_code", "expected_text"),
+    [
+        (12.6, [], 0, "no changes"),  # +5%: noise under the 10% default
+        (15.0, [], 1, "compiled step 12.0 -> 15.0 ms (+25.0%)"),
+        (15.0, ["--timing-threshold", "30"], 0, "no changes"),
+        (9.0, [], 0, "compiled step 12.0 -> 9.0 ms (-25.0%)"),
+    ],
+)
+def test_step_time_counts_only_beyond_the_threshold(tmp_path, capsys, head_ms, options, expected_code, expected_text):
+    code, out, _ = _run(tmp_path, [_gpu()], [_gpu(step_ms=head_ms)], *options, capsys=capsys)
+    assert (code, expected_text in out) == (expected_code, True), out
+
+
+def test_memory_growth_beyond_five_percent_regresses(tmp_path, capsys):
+    code, out, _ = _run(tmp_path, [_gpu()], [_gpu(reserved=int(2.2 * 2**30))], capsys=capsys)
+    assert code == 1
+    assert "reserved_max_bytes 2048.0 -> 2252.8 MiB (+10.0%)" in out
+    code, out, _ = _run(tmp_path, [_gpu()], [_gpu(reserved=int(2.08 * 2**30))], capsys=capsys)
+    assert (code, "no changes" in out) == (0, True)
+
+
+@pytest.mark.parametrize("value", ["-1", "1001", "nan", "ten"])
+@pytest.mark.parametrize("option", ["--timing-threshold", "--memory-threshold"])
+def test_absurd_thresholds_are_usage_errors_naming_the_option(tmp_path, capsys, option, value):
+    path = fake.write(tmp_path / "r.json", fake.report(fake.base_cases()))
+    with pytest.raises(SystemExit) as exit_info:
+        diff.main([str(path), str(path), f"{option}={value}"])
+    assert exit_info.value.code == 2
+    assert option in capsys.readouterr().err
+
+
+def test_cases_only_in_one_report(tmp_path, capsys):
+    # Missing from head: audited in base is a regression, skipped in base is not.
+    code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{IA3: None}), capsys=capsys)
+    assert code == 1
+    assert f"- **{IA3}**: passed, graph breaks 0, recompiles 1 (0 unexpected) — **regression**" in out
+    code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{GPU: None}), capsys=capsys)
+    assert code == 0
+    assert f"- **{GPU}**: skipped" in _section(out, "Only in base")[2]
+    # New in head: a passing case is news, a failing one a regression.
+    new = "llama-tiny/vera/train-eval-train"
+    code, out, _ = _run(tmp_path, fake.base_cases(), [*fake.base_cases(), fake.case(new)], capsys=capsys)
+    assert code == 0
+    assert f"- **{new}**: passed, graph breaks 0" in _section(out, "Only in head")[2]
+    failing = fake.case(new, "failed", breaks=[fake.brk("peft/tuners/vera/layer.py:10", "Unsupported")])
+    code, out, _ = _run(tmp_path, fake.base_cases(), [*fake.base_cases(), failing], capsys=capsys)
+    assert code == 1
+    assert "new case outside its budget" in out
+
+
+def test_chart_is_a_mermaid_xychart_of_changed_cases(tmp_path, capsys):
+    head = _head_with(**{LORA: _lora_with_breaks(occurrences=3)})
+    code, out, _ = _run(tmp_path, fake.base_cases(), head, "--chart", capsys=capsys)
+    assert code == 1
+    chart = out[out.index("```mermaid") :]
+    assert chart.splitlines()[1] == "xychart-beta horizontal"
+    assert f'x-axis ["{LORA}"]' in chart
+    assert "bar [3]" in chart and "line [0]" in chart
+    _, out, _ = _run(tmp_path, fake.base_cases(), head, capsys=capsys)
+    assert "mermaid" not in out
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "cannot read the report"),
+        ("{not json", "cannot read the report"),
+        ('{"schema": "something-else/1", "cases": []}', "not a compile report"),
+        (json.dumps({"schema": "compile-audit-report/1", "cases": {}}), "'cases' is not a list"),
+        (json.dumps({"schema": "compile-audit-report/1", "cases": [{"status": "passed"}]}), "case #0"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_file(tmp_path, capsys, content, expected):
+    good = fake.write(tmp_path / "good.json", fake.report(fake.base_cases()))
+    bad = tmp_path / "bad-head.json"
+    if content is not None:
+        bad.write_text(content)
+    assert diff.main([str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and expected in err
+
+
+def test_runs_as_a_module_without_torch_and_writes_output(tmp_path):
+    base = fake.write(tmp_path / "base.json", fake.report(fake.base_cases()))
+    head = fake.write(tmp_path / "head.json", fake.report(_head_with(**{LORA: _lora_with_breaks()})))
+    output = tmp_path / "summary" / "diff.md"
+    # A torch that cannot be imported: the command must not need it.
+    (tmp_path / "torch.py").write_text("raise ImportError('compile_audit.diff must not import torch')\n")
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO_ROOT}", "PATH": "/usr/bin:/bin"}
+    command = [sys.executable, "-m", "compile_audit.diff", str(base), str(head), "--output", str(output)]
+    completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
+    assert completed.returncode == 1, completed.stderr
+    assert completed.stdout == ""
+    assert f"**{LORA}**: status passed -> failed" in output.read_text()

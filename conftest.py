@@ -15,6 +15,9 @@ from compile_audit.case import CaseAudit
 from compile_audit.report import build_report, summary_table, write_report
 from tests.cases import CPU_BACKENDS, Case, all_case_ids, cases_for, operation_of
 
+# Each tier or scenario family that needs its own options or fixtures brings them as a plugin module.
+pytest_plugins = ["tests.plugins.gpu_tier"]
+
 DEFAULT_BUDGETS = Path(__file__).parent / "tests" / "compile_budgets.toml"
 _BUDGETS = pytest.StashKey[BudgetFile]()
 _CONFIG: list[pytest.Config] = []  # the running config, for report hooks that do not receive it
@@ -174,7 +177,9 @@ def _message(report: pytest.TestReport) -> str | None:
         return str(report.longrepr[2]).removeprefix("Skipped: ")
     crash = getattr(report.longrepr, "reprcrash", None)
     text = report.longreprtext if crash is None or report.when == "call" else crash.message
-    return text.strip()
+    # xdist prefixes the worker's platform line; the report wants the failure itself.
+    lines = [line for line in text.strip().splitlines() if not line.startswith("[gw")]
+    return "\n".join(lines).strip()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -291,9 +291,7 @@ _NO_SWAP = _ALL_OPS - {"hotswap"}
 _TUNER_MIX = _OPS_TUNER | {"mixed-batch"}
 
 _TIED = "tied input/output embeddings"
-_NO_MERGE_TIED = {
-    "merge-unmerge": f"{_TIED}: merging the embedding adapter also changes the tied lm_head (peft#2777)"
-}
+_NO_MERGE_TIED = {"merge-unmerge": f"{_TIED}: merging the embedding adapter also changes the tied lm_head (peft#2777)"}
 _NO_MIX_SEQ_CLS = {
     "mixed-batch": "adapter_names only reaches the method's own layers, not the classifier's modules_to_save copy"
 }

@@ -177,6 +177,9 @@ _TINY_SPECS = [
             "intermediate_size": 128,
             "max_position_embeddings": 256,
             "num_labels": 2,
+            # Set up front as a saved fine-tuning config has it; left None, transformers writes it into
+            # the config during the first forward, and that mutation costs a recompile (not PEFT's doing).
+            "problem_type": "single_label_classification",
             "pad_token_id": 0,
         },
         attention_modules=("query", "value"),

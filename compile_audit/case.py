@@ -48,10 +48,10 @@ class CaseAudit:
         return self._phases.compile(fn, **compile_kwargs)
 
     @contextlib.contextmanager
-    def phase(self, name: str, kind: str = "other") -> Iterator[PhaseRecord]:
+    def phase(self, name: str, kind: str = "other", expect: tuple[str, ...] = ()) -> Iterator[PhaseRecord]:
         if self._phases is None:
             raise RuntimeError("phase() before compile()")
-        with self._phases.phase(name, kind) as record:
+        with self._phases.phase(name, kind, expect) as record:
             yield record
 
     def steady_state_after(self, phase_name: str) -> None:

@@ -101,8 +101,9 @@ def _guard_failure_counts() -> dict[Any, int]:
 class _PhaseListener:
     """Listens to Dynamo's compile callbacks during one phase."""
 
-    def __init__(self, record: PhaseRecord) -> None:
+    def __init__(self, record: PhaseRecord, expect: tuple[str, ...] = ()) -> None:
         self.record = record
+        self._expect = [re.compile(pattern) for pattern in expect]
         self._failures_seen = _guard_failure_counts()
         self._started: float | None = None
 
@@ -125,10 +126,15 @@ class _PhaseListener:
         match = _COMPILE_ID.search(str(args.compile_id))
         if match and int(match[2]) > 0:
             frame = ", ".join(code_location(c) for c in codes) or f"frame {match[1]}"
-            expected = self.record.first_transition and bool(failures) and all(f.is_mode_switch for f in failures)
+            expected = bool(failures) and all(self._is_expected(f) for f in failures)
             self.record.recompiles.append(
                 Recompile(self.record.name, frame, str(args.compile_id), tuple(failures), expected)
             )
+
+    def _is_expected(self, failure: GuardFailure) -> bool:
+        if self.record.first_transition and failure.is_mode_switch:
+            return True
+        return any(pattern.search(failure.guard) for pattern in self._expect)
 
     def on_end(self, args: CallbackArgs) -> None:
         if self._started is not None:
@@ -166,7 +172,9 @@ class PhaseAudit:
         return torch.compile(fn, backend=self.backend, **compile_kwargs)
 
     @contextlib.contextmanager
-    def phase(self, name: str, kind: str = "other") -> Iterator[PhaseRecord]:
+    def phase(self, name: str, kind: str = "other", expect: tuple[str, ...] = ()) -> Iterator[PhaseRecord]:
+        """Run a phase. ``expect``: regexes of guard failures that are expected *in this phase*
+        (e.g. ``("size mismatch",)`` where automatic dynamic shapes must mark a length dynamic)."""
         if any(p.name == name for p in self.phases):
             raise ValueError(f"phase name {name!r} used twice; phase names must be unique")
         previous_kind = self.phases[-1].kind if self.phases else None
@@ -178,7 +186,7 @@ class PhaseAudit:
         record = PhaseRecord(name=name, kind=kind, first_transition=first_transition)
         self.phases.append(record)
 
-        listener = _PhaseListener(record)
+        listener = _PhaseListener(record, expect)
         graphs_before, breaks_before = self.backend.graphs, len(self.backend.breaks)
         started = time.perf_counter()
         try:

@@ -7,8 +7,6 @@ training moved every trainable adapter weight and no frozen one.
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
@@ -33,15 +31,16 @@ TOLERANCES = {"cpu": {"rtol": 1e-4, "atol": 1e-5}, "cuda": {"rtol": 2e-2, "atol"
 @pytest.mark.scenario("train-eval-train")
 def test_train_eval_train(case, device, make_peft_model, case_audit, check_budget):
     # Inductor's RNG differs from eager's, so GPU cases compare losses with dropout off.
-    model = make_peft_model(**({"dropout": 0.0} if case.tier == "cuda" else {}))
-    eager = copy.deepcopy(model)
+    overrides = {"dropout": 0.0} if case.tier == "cuda" else {}
+    # Two seeded builds rather than deepcopy: some methods (OSF) hold hooks that a copy would not carry.
+    model, eager = make_peft_model(**overrides), make_peft_model(**overrides)
     tolerance = TOLERANCES[case.tier]
     batches = {
         name: make_batch(case.model, case.method, seq_len=length, seed=step, device=device)
         for step, (name, _, length) in enumerate(PLAN)
     }
 
-    before = snapshot_parameters(model)
+    before, eager_before = snapshot_parameters(model), snapshot_parameters(eager)
     compiled = case_audit.compile(model, dynamic=True)
     optimizer, eager_optimizer = make_optimizer(model), make_optimizer(eager)
     compiled_losses, eager_losses = [], []
@@ -70,10 +69,15 @@ def test_train_eval_train(case, device, make_peft_model, case_audit, check_budge
 
     case_audit.expect(compare_losses(eager_losses, compiled_losses, **tolerance))
     changed, unchanged, frozen_changed = parameter_changes(before, model)
+    eager_changed, _, _ = parameter_changes(eager_before, eager)
     if not changed:
-        case_audit.expect("training changed no trainable parameter")
-    elif unchanged:
-        case_audit.expect(f"training left {len(unchanged)} trainable parameter(s) unchanged: {unchanged[:5]}")
+        case_audit.expect("compiled training changed no trainable parameter")
+    # A weight eager training moves but compiled training leaves alone lost its gradient under compile.
+    stuck = sorted(set(unchanged) & set(eager_changed))
+    if stuck:
+        case_audit.expect(
+            f"compiled training left {len(stuck)} trainable parameter(s) that eager training changed: {stuck[:5]}"
+        )
     if frozen_changed:
-        case_audit.expect(f"training changed {len(frozen_changed)} frozen parameter(s): {frozen_changed[:5]}")
+        case_audit.expect(f"compiled training changed {len(frozen_changed)} frozen parameter(s): {frozen_changed[:5]}")
     check_budget(case_audit)

@@ -75,3 +75,16 @@ def test_training_flag_guard_is_shortened_and_located():
     assert failure.location == "peft/tuners/lora/layer.py:12"
     assert failure.is_mode_switch
     assert not parse_guard_failure("0/1: tensor 'x' size mismatch at index 0").is_mode_switch
+
+
+def test_a_phase_can_expect_a_named_guard_failure():
+    audit = CaseAudit("toy/clean/automatic-dynamic", Budget())
+    compiled = audit.compile(toys.Clean(), dynamic=None)
+    with audit.phase("static", "train"):
+        compiled(torch.randn(2, 4))
+    with audit.phase("mark-dynamic", "train", expect=("size mismatch",)):
+        compiled(torch.randn(3, 4))
+    with audit.phase("dynamic", "train"):
+        compiled(torch.randn(5, 4))
+    assert [(r.phase, r.expected) for r in audit.result.recompiles] == [("mark-dynamic", True)]
+    assert audit.failures() == ([], [])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import os
+import re
 import time
 from pathlib import Path
 
@@ -121,6 +123,15 @@ def check_budget(request: pytest.FixtureRequest, case: Case):
             request.node.warn(pytest.PytestWarning(f"{case.id}: {warning}"))
         if updating:  # the budgets are being rewritten from this run: only non-budget problems fail
             failures = audit.findings + [f for f in failures if f.startswith("steady state")]
+        known = audit.budget.known_failure
+        if known and failures:
+            pytest.xfail(f"known failure ({known}); today: {failures[0].splitlines()[0]}")
+        if known:
+            pytest.fail(
+                f"{case.id} passes now, but {budget_file.path}:{audit.budget.line} records it as a known failure "
+                f"({known}): remove known_failure from the entry",
+                pytrace=False,
+            )
         if failures:
             pytest.fail(audit.failure_message(failures), pytrace=False)
 
@@ -241,14 +252,25 @@ def _update_budgets(budget_file: BudgetFile, cases: list[dict], stale: list[str]
 
 
 def _auto_note(case: dict) -> str:
-    reasons = []
+    """Dynamo's reasons, condensed: each distinct break once, the most common unexpected guard failures."""
+    parts = []
     for call in case["graph_breaks"]["calls"]:
         for brk in call["breaks"]:
-            reasons.append(f"{brk['reason']} ({brk['location']}, {call['call']} x{brk['occurrences']})")
-    for event in case["recompiles"]["events"]:
-        if not event["expected"]:
-            reasons.append(f"recompile in {event['phase']}: {event['reason']}")
-    return "; ".join(dict.fromkeys(reasons))
+            parts.append(f"{brk['reason'].split(': ')[0]} at {brk['location']} (x{brk['occurrences']})")
+    guards = collections.Counter(
+        _without_ids(event["failures"][0]["guard"]) if event["failures"] else "(no guard failure recorded)"
+        for event in case["recompiles"]["events"]
+        if not event["expected"]
+    )
+    if guards:
+        common = "; ".join(f"{guard} (x{n})" for guard, n in guards.most_common(3))
+        parts.append(f"{sum(guards.values())} unexpected recompile(s), most common guard failures: {common}")
+    return "; ".join(dict.fromkeys(parts))
+
+
+def _without_ids(guard: str) -> str:
+    """Guard text without object ids and addresses, which differ run to run."""
+    return re.sub(r"\b\d{6,}\b", "<id>", guard)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

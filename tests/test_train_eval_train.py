@@ -57,7 +57,7 @@ def test_train_eval_train(case, device, make_peft_model, case_audit, check_budge
                 first, second = eval_step(compiled, batch), eval_step(compiled, batch)
             case_audit.expect(
                 compare_tensors(
-                    f"[{name}] two compiled eval calls (dropout on in eval?)", first, second, rtol=0, atol=0
+                    f"[{name}] two compiled eval calls (dropout on in eval?)", first, second, **tolerance
                 )
             )
             case_audit.expect(

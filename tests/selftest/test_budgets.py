@@ -55,8 +55,17 @@ def test_round_trip_keeps_entries_and_lines(tmp_path):
         ('[cases."a/b/c"]\ngraph_breaks = 0\nbreaks = 1\n', ":1: entry 'a/b/c': unknown key(s) ['breaks']"),
         ('[cases."a/b/c"]\nrecompiles = 0\nunexpected_recompiles = 1\nnote = "x"\n', "is more than recompiles=0"),
         ("[budgets]\nx = 1\n", "unknown top-level table(s) ['budgets']"),
+        ('[cases."a/b/c"]\nknown_failure = 1\n', ":1: entry 'a/b/c': known_failure must be a string"),
     ],
-    ids=["toml-syntax", "negative", "no-note", "unknown-key", "unexpected-above-total", "unknown-table"],
+    ids=[
+        "toml-syntax",
+        "negative",
+        "no-note",
+        "unknown-key",
+        "unexpected-above-total",
+        "unknown-table",
+        "known-not-str",
+    ],
 )
 def test_malformed_file_names_file_line_and_entry(tmp_path, text, expected):
     path = _write(tmp_path, text)

@@ -1,0 +1,52 @@
+"""Helpers for adapter-lifecycle scenarios (multi-adapter, disable, merge, mixed batch, hotswap).
+
+Freshly initialized adapters are often the identity (LoRA's B is zero), so an output "under the adapter" would
+equal the base output and every parity check against it would pass vacuously. `randomize_adapter` gives an adapter
+seeded non-trivial weights, as a trained checkpoint has. This module never imports compile_audit or pytest.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Where PEFT keeps the original weight of a wrapped layer: `q_proj.weight` -> `q_proj.base_layer.weight` (tuner
+# layers) or `classifier.original_module.weight` (modules_to_save / trainable tokens wrappers).
+_WRAPPED_PREFIXES = ("", "base_layer.", "original_module.", "base_layer.base_layer.")
+
+
+def adapter_parameters(peft_model, adapter_name: str) -> dict[str, torch.nn.Parameter]:
+    """The parameters that belong to one adapter: every parameter with `adapter_name` as a component of its name."""
+    return {name: p for name, p in peft_model.named_parameters() if adapter_name in name.split(".")}
+
+
+@torch.no_grad()
+def randomize_adapter(peft_model, adapter_name: str = "default", *, seed: int = 0, scale: float = 0.05) -> int:
+    """Add seeded noise (std `scale`) to every floating parameter of one adapter; returns how many were changed.
+
+    Deterministic in the parameter order, so two identically built models randomized with the same seed stay twins.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    changed = 0
+    for _, param in sorted(adapter_parameters(peft_model, adapter_name).items()):
+        if not param.is_floating_point():
+            continue
+        noise = torch.randn(param.shape, generator=gen, dtype=torch.float32) * scale
+        param.add_(noise.to(device=param.device, dtype=param.dtype))
+        changed += 1
+    return changed
+
+
+def base_weight_mismatches(peft_model, base_model) -> tuple[list[str], list[str]]:
+    """Compare the PEFT model's base weights with an unwrapped base model's: (differing names, names not found)."""
+    wrapped = peft_model.get_base_model().state_dict()
+    differ, missing = [], []
+    for name, expected in base_model.state_dict().items():
+        module, _, leaf = name.rpartition(".")
+        prefix = f"{module}." if module else ""
+        candidates = [f"{prefix}{wrap}{leaf}" for wrap in _WRAPPED_PREFIXES]
+        found = next((wrapped[c] for c in candidates if c in wrapped), None)
+        if found is None:
+            missing.append(name)
+        elif found.shape != expected.shape or not torch.equal(found.cpu(), expected.cpu()):
+            differ.append(name)
+    return differ, missing

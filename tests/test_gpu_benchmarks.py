@@ -1,0 +1,131 @@
+"""What compiling buys, per GPU case: train step time eager vs compiled, compile times, memory, compiles.
+
+Each case runs eagerly, then (after freeing the eager model) compiled with the case's backend; both see
+the same seeded batches. The compiled run is audited by phase: ``first-step`` (the compile),
+``eval`` (the train -> eval recompile), ``steady`` (warm-up and timed steps, via
+``benchmark.pedantic``). Every figure goes into ``benchmark.extra_info`` (``--benchmark-json``,
+``--benchmark-compare``) and into the compile report's ``benchmarks`` for the case. Nothing here is
+asserted about speed or memory: timings are reported, never asserted.
+
+``pytest -m gpu`` runs it on CUDA (each xdist worker on its own GPU, through the ``device`` fixture;
+pytest-benchmark turns its own timing off under xdist, the step times below are measured either way);
+``pytest -m gpu --gpu-tier-device cpu`` runs the same code on CPU with llama-tiny and aot_eager.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench_models import eval_step, make_batch, make_optimizer, train_step
+from compile_audit.memory import MemorySampler, release_memory
+from compile_audit.recompiles import PhaseAudit
+from compile_audit.timing import StepTimer, summarize_times
+from tests.plugins.gpu_tier import benchmark_cases
+
+pytestmark = pytest.mark.gpu
+
+EVAL_SEED = 10_000  # the eval batch is not one of the training batches
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "case" in metafunc.fixturenames:
+        metafunc.parametrize("case", [pytest.param(c, id=c.id) for c in benchmark_cases(metafunc.config)])
+
+
+def _run(model, optimizer, batches, timer: StepTimer, memory: MemorySampler, losses: list) -> None:
+    """One train step per call, timed and memory-sampled; the seed depends on the step for dropout parity."""
+    step = len(losses)
+    torch.manual_seed(step)
+    memory.before_step()
+    losses.append(timer.time(train_step, model, optimizer, batches[step % len(batches)]))
+    memory.after_step()
+
+
+def test_train_step_benchmark(case, device, make_peft_model, benchmark, gpu_bench, record_gpu_benchmarks):
+    steps = gpu_bench.warmup + gpu_bench.rounds
+    batches = [
+        make_batch(
+            case.model, case.method, batch_size=gpu_bench.batch_size, seq_len=gpu_bench.seq_len, seed=s, device=device
+        )
+        for s in range(steps + 1)
+    ]
+    eval_batch = make_batch(
+        case.model,
+        case.method,
+        batch_size=gpu_bench.batch_size,
+        seq_len=gpu_bench.seq_len,
+        seed=EVAL_SEED,
+        device=device,
+    )
+    # Dropout off, as in the GPU train-eval-train cases: the same graphs, and inductor's RNG differs from eager's.
+    overrides = {"dropout": 0.0}
+
+    # Eager: warm-up steps, then timed ones; the model is freed before the compiled run starts.
+    model = make_peft_model(**overrides)
+    optimizer = make_optimizer(model)
+    eager_timer, eager_memory, eager_losses = StepTimer(device), MemorySampler(device), []
+    for _ in range(steps):
+        _run(model, optimizer, batches, eager_timer, eager_memory, eager_losses)
+    eager = summarize_times(eager_timer.samples[gpu_bench.warmup :])
+    del model, optimizer
+    release_memory(device)
+
+    # Compiled: first step (compile), an eval step (recompile for eval mode + no_grad), then the steady state.
+    torch._dynamo.reset()
+    audit = PhaseAudit(backend=case.backend)
+    model = make_peft_model(**overrides)
+    optimizer = make_optimizer(model)
+    compiled = audit.compile(model, dynamic=True)
+    timer, memory, losses = StepTimer(device), MemorySampler(device), []
+
+    def step(model=compiled, optimizer=optimizer) -> None:  # bound now: both are deleted at the end
+        _run(model, optimizer, batches, timer, memory, losses)
+
+    with audit.phase("first-step", "train") as first:
+        step()
+    with audit.phase("eval", "eval") as evaluation:
+        memory.before_step()
+        eval_step(compiled, eval_batch)
+        memory.after_step()
+    with audit.phase("steady", "train") as steady:
+        benchmark.pedantic(step, rounds=gpu_bench.rounds, warmup_rounds=gpu_bench.warmup, iterations=1)
+        while len(losses) < 1 + steps:  # benchmark disabled (xdist, --benchmark-disable): it ran step() once
+            step()
+    compiled_stats = summarize_times(timer.samples[1 + gpu_bench.warmup :])
+
+    phases = (first, evaluation, steady)
+    figures = {
+        **compiled_stats.to_dict("compiled_step"),
+        **eager.to_dict("eager_step"),
+        "speedup": round(eager.median / compiled_stats.median, 3) if compiled_stats.median > 0 else None,
+        "compile_seconds": round(sum(p.compile_seconds for p in phases), 3),
+        "first_step_compile_seconds": round(first.compile_seconds, 3),
+        "eval_compile_seconds": round(evaluation.compile_seconds, 3),
+        "first_step_ms": round(timer.samples[0] * 1000, 3),
+        "frames_compiled": sum(p.frames_compiled for p in phases),
+        "first_step_frames_compiled": first.frames_compiled,
+        "eval_frames_compiled": evaluation.frames_compiled,
+        "steady_frames_compiled": steady.frames_compiled,
+        "graphs_compiled": sum(p.graphs_compiled for p in phases),
+        "graph_breaks": sum(len(p.graph_breaks) for p in phases),
+        "recompiles": len(audit.recompiles),
+        "final_loss_eager": float(eager_losses[-1]),
+        "final_loss_compiled": float(losses[-1]),
+        "device": device,
+        "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
+        "backend": case.backend,
+        "batch_size": gpu_bench.batch_size,
+        "seq_len": gpu_bench.seq_len,
+        "warmup_rounds": gpu_bench.warmup,
+    }
+    compiled_memory, eager_memory_stats = memory.summary(), eager_memory.summary()
+    if compiled_memory is None:
+        figures["memory"] = "n/a (CPU)"
+    else:
+        figures.update(compiled_memory.to_dict())
+        figures.update(eager_memory_stats.to_dict("eager_"))
+    benchmark.extra_info.update(figures)
+    record_gpu_benchmarks(case.id, figures)
+    del step, compiled, model, optimizer
+    release_memory(device)

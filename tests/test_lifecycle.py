@@ -1,0 +1,377 @@
+"""Adapter lifecycle scenarios under torch.compile: what switching, disabling, merging, mixing, hot-swapping,
+checkpointing, generating and changing shapes costs in graph breaks and recompiles, and whether outputs stay right.
+
+One test per scenario, each one audit (phases) judged against the case's budget. "Doing it again compiles nothing"
+is a steady-state claim; outputs are compared with eager runs of the same (or an identically built) model.
+Adapters get seeded random weights first (`randomize_adapter`): a fresh LoRA adapter is the identity, which would
+make every "equals the adapter's output" check pass vacuously.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import bench_models
+from bench_models import add_adapter, eval_step, make_batch, make_optimizer, train_step
+from bench_models.lifecycle import base_weight_mismatches, randomize_adapter
+from compile_audit.parity import compare_losses, compare_tensors
+from compile_audit.recompiles import PhaseAudit
+
+try:  # PEFT >= 0.15
+    from peft.utils.hotswap import hotswap_adapter, prepare_model_for_compiled_hotswap
+except ImportError:  # pragma: no cover - depends on the installed PEFT
+    hotswap_adapter = prepare_model_for_compiled_hotswap = None
+
+TOLERANCES = {"cpu": {"rtol": 1e-4, "atol": 1e-5}, "cuda": {"rtol": 2e-2, "atol": 2e-2}}
+# Merging adds the delta into the base weight: other float rounding than the base + adapter path.
+MERGE_TOLERANCES = {"cpu": {"rtol": 1e-3, "atol": 1e-4}, "cuda": {"rtol": 3e-2, "atol": 3e-2}}
+OTHER = "other"
+
+
+def _batch(case, device, *, seq_len: int, seed: int = 0, batch_size: int = 2) -> dict[str, torch.Tensor]:
+    return make_batch(case.model, case.method, seq_len=seq_len, seed=seed, batch_size=batch_size, device=device)
+
+
+def _overrides(case) -> dict:
+    # Inductor's RNG differs from eager's, so GPU cases compare with dropout off (as train-eval-train does).
+    return {"dropout": 0.0} if case.tier == "cuda" else {}
+
+
+def _randomized_model(make_peft_model, case, *, two_adapters: bool = False, **overrides):
+    """The case's model, adapter(s) randomized with fixed seeds; with a second adapter "other" if asked."""
+    model = make_peft_model(**overrides)
+    randomize_adapter(model, "default", seed=10)
+    if two_adapters:
+        add_adapter(model, case.model, case.method, OTHER, seed=1, **overrides)
+        randomize_adapter(model, OTHER, seed=11)
+    return model
+
+
+def _in_phase(name: str, problem: str | None) -> str | None:
+    return problem and f"[{name}] {problem}"
+
+
+def _differs(what: str, a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """A problem when a equals b: the parity checks relying on them differing would prove nothing."""
+    if torch.allclose(a.float().cpu(), b.float().cpu(), rtol=1e-4, atol=1e-5):
+        return f"{what} are equal: the adapter has no effect, so this case's parity checks prove nothing"
+    return None
+
+
+@torch.no_grad()
+def _logits(model, batch, **kwargs) -> torch.Tensor:
+    return model(**batch, **kwargs).logits.detach()
+
+
+# ----------------------------------------------------------------------------------------------- multi-adapter
+
+
+@pytest.mark.scenario("multi-adapter")
+def test_multi_adapter(case, device, make_peft_model, case_audit, check_budget):
+    """set_adapter back and forth, in inference and in training; the second round trip compiles nothing."""
+    model = _randomized_model(make_peft_model, case, two_adapters=True, **_overrides(case))
+    eager = _randomized_model(make_peft_model, case, two_adapters=True, **_overrides(case))
+    tolerance = TOLERANCES[case.tier]
+    eval_batch, train_batch = _batch(case, device, seq_len=8, seed=0), _batch(case, device, seq_len=8, seed=1)
+
+    # One optimizer per adapter, over the parameters set_adapter makes trainable for it.
+    optimizers = {}
+    for adapter in (OTHER, "default"):
+        model.set_adapter(adapter)
+        eager.set_adapter(adapter)
+        optimizers[adapter] = (make_optimizer(model), make_optimizer(eager))
+
+    compiled = case_audit.compile(model, dynamic=True)
+    # One round trip default -> other -> default, in eval then in train; the second round must compile nothing.
+    plan = [("eval", "default"), ("eval", OTHER), ("train", OTHER), ("train", "default")]
+    logits = {}
+    for round_ in (1, 2):
+        for step, (kind, adapter) in enumerate(plan):
+            name = f"{kind}-{adapter}-{round_}"
+            model.set_adapter(adapter)
+            eager.set_adapter(adapter)
+            if kind == "eval":
+                with case_audit.phase(name, kind):
+                    actual = eval_step(compiled, eval_batch)
+                logits[name] = expected = eval_step(eager, eval_batch)
+                case_audit.expect(compare_tensors(f"[{name}] compiled vs eager logits", expected, actual, **tolerance))
+            else:
+                optimizer, eager_optimizer = optimizers[adapter]
+                torch.manual_seed(10 * round_ + step)
+                with case_audit.phase(name, kind):
+                    loss = train_step(compiled, optimizer, train_batch)
+                torch.manual_seed(10 * round_ + step)
+                eager_loss = train_step(eager, eager_optimizer, train_batch)
+                case_audit.expect(_in_phase(name, compare_losses([eager_loss], [loss], **tolerance)))
+    case_audit.steady_state_after("train-default-1")
+    case_audit.expect(
+        _differs("eval logits under 'default' and 'other'", logits["eval-default-1"], logits["eval-other-1"])
+    )
+    check_budget(case_audit)
+
+
+# --------------------------------------------------------------------------------------------- disable-adapter
+
+
+@pytest.mark.scenario("disable-adapter")
+def test_disable_adapter(case, device, make_peft_model, case_audit, check_budget):
+    """Compiled inference inside disable_adapter() equals the unwrapped base model; entering it again compiles
+    nothing."""
+    model = _randomized_model(make_peft_model, case).eval()
+    dtype = torch.bfloat16 if case.tier == "cuda" else None
+    base = bench_models.build_base_model(case.model, device=device, dtype=dtype, seed=0).eval()
+    differ, missing = base_weight_mismatches(model, base)
+    if differ or missing:
+        case_audit.expect(
+            "the PEFT model's base weights are not the seed-0 base model's: "
+            f"differ {differ[:5]}, not found {missing[:5]}"
+        )
+    tolerance = TOLERANCES[case.tier]
+    batch = _batch(case, device, seq_len=8)
+    # The base model takes no method-specific inputs (task_ids).
+    base_logits = _logits(base, {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")})
+    adapter_logits = _logits(model, batch)
+    case_audit.expect(_differs("logits with and without the adapter", adapter_logits, base_logits))
+
+    compiled = case_audit.compile(model, dynamic=True)
+    for round_ in (1, 2):
+        name = f"adapter-{round_}"
+        with case_audit.phase(name, "eval"):
+            actual = _logits(compiled, batch)
+        case_audit.expect(compare_tensors(f"[{name}] compiled vs eager logits", adapter_logits, actual, **tolerance))
+        name = f"disabled-{round_}"
+        with case_audit.phase(name, "eval"), model.disable_adapter():
+            actual = _logits(compiled, batch)
+        case_audit.expect(compare_tensors(f"[{name}] compiled vs base-model logits", base_logits, actual, **tolerance))
+    case_audit.steady_state_after("disabled-1")
+    check_budget(case_audit)
+
+
+# ----------------------------------------------------------------------------------------------- merge-unmerge
+
+
+@pytest.mark.scenario("merge-unmerge")
+def test_merge_unmerge(case, device, make_peft_model, case_audit, check_budget):
+    """merge_adapter() / unmerge_adapter() around compiled inference: the same outputs; the second round compiles
+    nothing."""
+    model = _randomized_model(make_peft_model, case).eval()
+    tolerance, merge_tolerance = TOLERANCES[case.tier], MERGE_TOLERANCES[case.tier]
+    batch = _batch(case, device, seq_len=8)
+    expected = _logits(model, batch)
+
+    compiled = case_audit.compile(model, dynamic=True)
+    with case_audit.phase("unmerged-1", "eval"):
+        actual = _logits(compiled, batch)
+    case_audit.expect(compare_tensors("[unmerged-1] compiled vs eager logits", expected, actual, **tolerance))
+    for round_ in (1, 2):
+        model.merge_adapter()
+        name = f"merged-{round_}"
+        with case_audit.phase(name, "eval"):
+            actual = _logits(compiled, batch)
+        case_audit.expect(compare_tensors(f"[{name}] merged vs unmerged logits", expected, actual, **merge_tolerance))
+        model.unmerge_adapter()
+        name = f"unmerged-{round_ + 1}"
+        with case_audit.phase(name, "eval"):
+            actual = _logits(compiled, batch)
+        case_audit.expect(
+            compare_tensors(f"[{name}] after unmerge vs before merge logits", expected, actual, **merge_tolerance)
+        )
+    case_audit.steady_state_after("unmerged-2")
+    check_budget(case_audit)
+
+
+# ------------------------------------------------------------------------------------------------- mixed-batch
+
+# Rows of one batch routed to the base model and two adapters; the second mix routes the rows differently.
+MIXES = {
+    "mix-1": ["__base__", "default", OTHER, "default"],
+    "mix-2": [OTHER, "__base__", "default", OTHER],
+}
+
+
+@pytest.mark.scenario("mixed-batch")
+def test_mixed_batch(case, device, make_peft_model, case_audit, check_budget):
+    """adapter_names mixing the base and two adapters in one batch: each row equals that adapter's own run."""
+    model = _randomized_model(make_peft_model, case, two_adapters=True).eval()
+    tolerance = TOLERANCES[case.tier]
+    batch = _batch(case, device, seq_len=8, batch_size=4)
+    # Each adapter's own (eager, unmixed) run of the whole batch.
+    per_adapter = {}
+    for adapter in ("default", OTHER):
+        model.set_adapter(adapter)
+        per_adapter[adapter] = _logits(model, batch)
+    model.set_adapter("default")
+    with model.disable_adapter():
+        per_adapter["__base__"] = _logits(model, batch)
+    case_audit.expect(_differs("logits under 'default' and 'other'", per_adapter["default"], per_adapter[OTHER]))
+
+    compiled = case_audit.compile(model, dynamic=True)
+    for name in ("mix-1", "mix-2", "mix-1-again"):
+        names = MIXES[name.removesuffix("-again")]
+        with case_audit.phase(name, "eval"):
+            actual = _logits(compiled, batch, adapter_names=names)
+        expected = torch.stack([per_adapter[adapter][row] for row, adapter in enumerate(names)])
+        case_audit.expect(
+            compare_tensors(f"[{name}] mixed-batch rows vs per-adapter runs", expected, actual, **tolerance)
+        )
+    case_audit.steady_state_after("mix-2")
+    check_budget(case_audit)
+
+
+# ----------------------------------------------------------------------------------------------------- hotswap
+
+SMALL_RANK, LARGE_RANK = 4, 8
+
+
+def _hotswap_run(model, compiled, audit, batch, paths, plan, device):
+    """Run `plan` ([(phase, adapter)]), hot-swapping `adapter` into "default" before each phase but the first."""
+    outputs = {}
+    for index, (name, adapter) in enumerate(plan):
+        if index:
+            hotswap_adapter(compiled, str(paths[adapter]), adapter_name="default", torch_device=device)
+        with audit.phase(name, "eval"):
+            outputs[name] = _logits(compiled, batch)
+    return outputs
+
+
+@pytest.mark.scenario("hotswap")
+def test_hotswap(case, device, make_peft_model, case_audit, check_budget, tmp_path):
+    """Hot-swap LoRA adapters of different ranks into a compiled model prepared for it: zero recompiles, each
+    adapter's own outputs. Without prepare_model_for_compiled_hotswap the same swap recompiles (contingency)."""
+    if hotswap_adapter is None:
+        pytest.skip("this PEFT has no peft.utils.hotswap (added in PEFT 0.15)")
+    tolerance = TOLERANCES[case.tier]
+    batch = _batch(case, device, seq_len=8)
+    paths, expected = {}, {}
+    for adapter, rank, seed in (("small", SMALL_RANK, 20), ("large", LARGE_RANK, 21)):
+        source = make_peft_model(rank=rank).eval()
+        randomize_adapter(source, "default", seed=seed)
+        paths[adapter] = tmp_path / adapter
+        source.save_pretrained(paths[adapter])
+        expected[adapter] = _logits(source, batch)
+    case_audit.expect(_differs("logits of the small and large adapters", expected["small"], expected["large"]))
+    plan = [("small-1", "small"), ("large-1", "large"), ("small-2", "small")]
+
+    # Contingency first (case_audit.compile resets Dynamo after it): unprepared, the small -> large swap recompiles.
+    unprepared = make_peft_model(rank=SMALL_RANK).eval()
+    hotswap_adapter(unprepared, str(paths["small"]), adapter_name="default", torch_device=device)
+    torch._dynamo.reset()
+    contingency = PhaseAudit(case.backend)
+    _hotswap_run(unprepared, contingency.compile(unprepared, dynamic=True), contingency, batch, paths, plan[:2], device)
+    if not contingency.recompiles:
+        case_audit.expect(
+            "contingency: without prepare_model_for_compiled_hotswap the rank 4 -> 8 swap compiled nothing new, so "
+            "this case cannot show that the preparation is what prevents recompiles"
+        )
+
+    model = make_peft_model(rank=SMALL_RANK).eval()
+    hotswap_adapter(model, str(paths["small"]), adapter_name="default", torch_device=device)
+    prepare_model_for_compiled_hotswap(model, target_rank=LARGE_RANK)  # before compiling, as PEFT requires
+    compiled = case_audit.compile(model, dynamic=True)
+    outputs = _hotswap_run(model, compiled, case_audit, batch, paths, plan, device)
+    for name, adapter in plan:
+        what = f"[{name}] hot-swapped compiled vs {adapter} adapter's eager logits"
+        case_audit.expect(compare_tensors(what, expected[adapter], outputs[name], **tolerance))
+    case_audit.steady_state_after("small-1")
+    check_budget(case_audit)
+
+
+# -------------------------------------------------------------------------------------- gradient-checkpointing
+
+
+@pytest.mark.scenario("gradient-checkpointing")
+def test_gradient_checkpointing(case, device, make_peft_model, case_audit, check_budget):
+    """Training with gradient checkpointing (non-reentrant) and adapter dropout 0.1 (peft#3020): losses equal eager."""
+    dropout = 0.0 if case.tier == "cuda" else 0.1
+    model, eager = make_peft_model(dropout=dropout), make_peft_model(dropout=dropout)
+    for m in (model, eager):
+        m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    tolerance = TOLERANCES[case.tier]
+    plan = [("train-1", 8), ("train-2", 12), ("train-3", 8)]
+
+    compiled = case_audit.compile(model, dynamic=True)
+    optimizer, eager_optimizer = make_optimizer(model), make_optimizer(eager)
+    losses, eager_losses = [], []
+    for step, (name, length) in enumerate(plan):
+        batch = _batch(case, device, seq_len=length, seed=step)
+        torch.manual_seed(step)
+        with case_audit.phase(name, "train"):
+            losses.append(train_step(compiled, optimizer, batch))
+        torch.manual_seed(step)
+        eager_losses.append(train_step(eager, eager_optimizer, batch))
+    case_audit.steady_state_after("train-2")
+    case_audit.expect(compare_losses(eager_losses, losses, **tolerance))
+    check_budget(case_audit)
+
+
+# ---------------------------------------------------------------------------------------------------- generate
+
+GENERATE = {"do_sample": False, "max_new_tokens": 4, "use_cache": True}
+
+
+@pytest.mark.scenario("generate")
+def test_generate(case, device, make_peft_model, case_audit, check_budget):
+    """Greedy generate() with the transformers model's forward compiled: prompt A, A again (compiles nothing),
+    prompt B of another length (budgeted); tokens equal eager generation."""
+    model = _randomized_model(make_peft_model, case).eval()
+    prompts = {"prompt-A": _batch(case, device, seq_len=6, seed=0), "prompt-B": _batch(case, device, seq_len=9, seed=1)}
+    prompts = {k: {n: v for n, v in b.items() if n != "labels"} for k, b in prompts.items()}
+    with torch.no_grad():
+        expected = {k: model.generate(**b, **GENERATE) for k, b in prompts.items()}
+
+    # PEFT's generate() runs the transformers model's generate loop, which calls that model's forward: compile it.
+    hf_model = model.get_base_model()
+    hf_model.forward = case_audit.compile(hf_model.forward, dynamic=True)
+    for name, prompt in (("A-1", "prompt-A"), ("A-2", "prompt-A"), ("B-1", "prompt-B")):
+        with case_audit.phase(name, "generate") as record, torch.no_grad():
+            tokens = model.generate(**prompts[prompt], **GENERATE)
+        if name == "A-2" and record.frames_compiled:
+            case_audit.expect(f"[A-2] generating from prompt A again compiled {record.frames_compiled} frame(s)")
+        case_audit.expect(
+            compare_tensors(f"[{name}] compiled vs eager tokens", expected[prompt], tokens, rtol=0, atol=0)
+        )
+    check_budget(case_audit)
+
+
+# ----------------------------------------------------------------------------------------------- dynamic-modes
+
+# The guard automatic dynamic shapes fails on the second length, once: the sequence dim of the first input Dynamo
+# checks (labels for causal LMs, input_ids for bert).
+AUTOMATIC_DYNAMIC_GUARD = (
+    r"^tensor '(input_ids|attention_mask|labels)' size mismatch at index 1\. expected 8, actual 12$"
+)
+LENGTHS = (8, 12, 16)
+
+
+@pytest.mark.scenario("dynamic-modes")
+def test_dynamic_modes(case, device, make_peft_model, case_audit, check_budget):
+    """Default automatic dynamic shapes (dynamic=None): the second length recompiles once to mark the length
+    dynamic, the third compiles nothing. dynamic=True (a second, plain audit): no recompile at all."""
+    model = make_peft_model()
+    batches = [_batch(case, device, seq_len=length, seed=i) for i, length in enumerate(LENGTHS)]
+
+    compiled = case_audit.compile(model, dynamic=None)
+    optimizer = make_optimizer(model)
+    for length, batch in zip(LENGTHS, batches, strict=True):
+        expect = (AUTOMATIC_DYNAMIC_GUARD,) if length == LENGTHS[1] else ()
+        torch.manual_seed(length)
+        with case_audit.phase(f"train-{length}", "train", expect=expect):
+            train_step(compiled, optimizer, batch)
+    case_audit.steady_state_after(f"train-{LENGTHS[1]}")
+
+    torch._dynamo.reset()
+    marked = PhaseAudit(case.backend)
+    compiled = marked.compile(model, dynamic=True)
+    for length, batch in zip(LENGTHS, batches, strict=True):
+        torch.manual_seed(length)
+        with marked.phase(f"train-{length}", "train"):
+            train_step(compiled, optimizer, batch)
+    if marked.recompiles:
+        case_audit.expect(
+            "dynamic=True recompiled across lengths "
+            + ", ".join(map(str, LENGTHS))
+            + ": "
+            + "; ".join(r.describe() for r in marked.recompiles)
+        )
+    check_budget(case_audit)

@@ -328,7 +328,7 @@ _METHOD_LIST = [
         "LORA",
         _lora_modules_to_save,
         operations=_NO_SWAP,
-        architecture_specific=True,
+        architecture_specific=False,
         note="LoRA on q/v + a trained copy of lm_head / classifier; the lm_head copy unties tied embeddings",
     ),
     Method(
@@ -336,7 +336,7 @@ _METHOD_LIST = [
         "LORA",
         _lora_trainable_tokens,
         operations=_NO_SWAP,
-        architecture_specific=True,
+        architecture_specific=False,
         note="LoRA on q/v + trainable_token_indices (TrainableTokens on the embedding, tied to lm_head if tied)",
         batch_token_ids=TRAINABLE_TOKEN_IDS,
     ),

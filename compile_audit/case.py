@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -112,7 +113,8 @@ class CaseAudit:
     def _budget_location(self, budget_file: Path | None) -> str:
         if not self.budget.recorded:
             return "no entry in the budgets file: default budget 0 graph breaks, 0 unexpected recompiles"
-        return f"{budget_file or 'budgets file'}:{self.budget.line}"
+        shown = os.path.relpath(budget_file) if budget_file else "budgets file"
+        return f"{shown}:{self.budget.line}"
 
     def failure_message(self, failures: list[str]) -> str:
         observed = self.observed()

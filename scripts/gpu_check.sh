@@ -28,16 +28,19 @@ PYTHON=${PYTHON:-python}
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 
-METHODS_K="lora/ or lora-dora/ or ia3/ or loha/ or prompt-tuning/"
+METHODS=(lora lora-dora ia3 loha prompt-tuning)
+# -k "llama-tiny/lora/ or ..." (a bare "lora/" would also match adalora/, glora/, ...)
+slice_k() { local k="" model method; for model in "$@"; do for method in "${METHODS[@]}"; do
+    k+="${k:+ or }$model/$method/"; done; done; echo "$k"; }
 if [[ $CPU -eq 1 ]]; then
     # CPU tier cases of llama-tiny (aot_eager) + the gpu-marked benchmarks run on CPU.
     PYTEST_ARGS=(-m "not selftest" --cpu-backend aot_eager --gpu-tier-device cpu
-                 -k "llama-tiny/ and ($METHODS_K) and cpu-aot_eager"
+                 -k "($(slice_k llama-tiny)) and cpu-aot_eager"
                  --gpu-bench-rounds 2 --gpu-bench-warmup 1 --gpu-bench-seq-len 16)
     TABLE_ARGS=(--model llama-tiny --method lora --steps 4 --batch-size 2 --seq-len 32 --eval-every 2
                 --device cpu --backend aot_eager)
 else
-    PYTEST_ARGS=(-m gpu -k "(llama-tiny/ or llama-3.2-1b/) and ($METHODS_K)"
+    PYTEST_ARGS=(-m gpu -k "$(slice_k llama-tiny llama-3.2-1b)"
                  --gpu-bench-rounds 5 --gpu-bench-warmup 2 --gpu-bench-seq-len 256)
     TABLE_ARGS=(--model llama-3.2-1b --method lora --steps 10 --batch-size 4 --seq-len 256 --eval-every 5
                 --device cuda --backend inductor)

@@ -347,7 +347,8 @@ LENGTHS = (8, 12, 16)
 @pytest.mark.scenario("dynamic-modes")
 def test_dynamic_modes(case, device, make_peft_model, case_audit, check_budget):
     """Default automatic dynamic shapes (dynamic=None): the second length recompiles once to mark the length
-    dynamic, the third compiles nothing. dynamic=True (a second, plain audit): no recompile at all."""
+    dynamic, the third compiles nothing. dynamic=True (a second, plain audit): nothing compiles after the first
+    length."""
     model = make_peft_model()
     batches = [_batch(case, device, seq_len=length, seed=i) for i, length in enumerate(LENGTHS)]
 
@@ -367,11 +368,13 @@ def test_dynamic_modes(case, device, make_peft_model, case_audit, check_budget):
         torch.manual_seed(length)
         with marked.phase(f"train-{length}", "train"):
             train_step(compiled, optimizer, batch)
-    if marked.recompiles:
+    # Recompiles inside the first length (frames after a graph break, grad mode) are not about lengths; any
+    # compile at a later length is.
+    later = [r.describe() for p in marked.phases[1:] for r in p.recompiles]
+    compiled_later = sum(p.frames_compiled for p in marked.phases[1:])
+    if compiled_later:
         case_audit.expect(
-            "dynamic=True recompiled across lengths "
-            + ", ".join(map(str, LENGTHS))
-            + ": "
-            + "; ".join(r.describe() for r in marked.recompiles)
+            f"dynamic=True compiled {compiled_later} frame(s) after the first length (lengths {LENGTHS}): "
+            + ("; ".join(later) or "new frames, no recompile")
         )
     check_budget(case_audit)

@@ -320,7 +320,7 @@ _METHOD_LIST = [
         _lora_embedding,
         operations=_NO_SWAP,
         unsupported_operations={"qwen2": _NO_MERGE_TIED, "opt": _NO_MERGE_TIED},
-        architecture_specific=True,
+        architecture_specific=False,
         note="LoRA on the input embedding only; behaviour depends on whether the arch ties lm_head to it",
     ),
     Method(
@@ -518,7 +518,7 @@ _METHOD_LIST = [
         _shadow,
         tasks=CAUSAL_ONLY,
         operations=_OPS_NO_MERGE,
-        architecture_specific=True,
+        architecture_specific=False,
         note="wraps every decoder block, 1-layer mirrored shadow backbone; decoder-only; cannot be merged",
     ),
     Method(

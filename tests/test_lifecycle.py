@@ -17,13 +17,13 @@ from bench_models import add_adapter, eval_step, make_batch, make_optimizer, tra
 from bench_models.lifecycle import base_weight_mismatches, randomize_adapter
 from compile_audit.parity import compare_losses, compare_tensors
 from compile_audit.recompiles import PhaseAudit
+from tests.cases import TOLERANCES
 
 try:  # PEFT >= 0.15
     from peft.utils.hotswap import hotswap_adapter, prepare_model_for_compiled_hotswap
 except ImportError:  # pragma: no cover - depends on the installed PEFT
     hotswap_adapter = prepare_model_for_compiled_hotswap = None
 
-TOLERANCES = {"cpu": {"rtol": 1e-4, "atol": 1e-5}, "cuda": {"rtol": 2e-2, "atol": 2e-2}}
 # Merging adds the delta into the base weight: other float rounding than the base + adapter path.
 MERGE_TOLERANCES = {"cpu": {"rtol": 1e-3, "atol": 1e-4}, "cuda": {"rtol": 3e-2, "atol": 3e-2}}
 OTHER = "other"
@@ -31,11 +31,6 @@ OTHER = "other"
 
 def _batch(case, device, *, seq_len: int, seed: int = 0, batch_size: int = 2) -> dict[str, torch.Tensor]:
     return make_batch(case.model, case.method, seq_len=seq_len, seed=seed, batch_size=batch_size, device=device)
-
-
-def _overrides(case) -> dict:
-    # Inductor's RNG differs from eager's, so GPU cases compare with dropout off (as train-eval-train does).
-    return {"dropout": 0.0} if case.tier == "cuda" else {}
 
 
 def _randomized_model(make_peft_model, case, *, two_adapters: bool = False, **overrides):
@@ -70,8 +65,8 @@ def _logits(model, batch, **kwargs) -> torch.Tensor:
 @pytest.mark.scenario("multi-adapter")
 def test_multi_adapter(case, device, make_peft_model, case_audit, check_budget):
     """set_adapter back and forth, in inference and in training; the second round trip compiles nothing."""
-    model = _randomized_model(make_peft_model, case, two_adapters=True, **_overrides(case))
-    eager = _randomized_model(make_peft_model, case, two_adapters=True, **_overrides(case))
+    model = _randomized_model(make_peft_model, case, two_adapters=True, **case.model_overrides)
+    eager = _randomized_model(make_peft_model, case, two_adapters=True, **case.model_overrides)
     tolerance = TOLERANCES[case.tier]
     eval_batch, train_batch = _batch(case, device, seq_len=8, seed=0), _batch(case, device, seq_len=8, seed=1)
 

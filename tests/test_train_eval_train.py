@@ -12,6 +12,7 @@ import torch
 
 from bench_models import eval_step, make_batch, make_optimizer, train_step
 from compile_audit.parity import compare_losses, compare_tensors, parameter_changes, snapshot_parameters
+from tests.cases import TOLERANCES
 
 # (phase, kind, sequence length): three lengths so dynamic shapes are exercised before the
 # first eval; the cycle train -> eval -> train ends at train-4, after which nothing may compile.
@@ -25,13 +26,11 @@ PLAN = [
     ("train-5", "train", 12),
 ]
 FIRST_CYCLE_ENDS = "train-4"
-TOLERANCES = {"cpu": {"rtol": 1e-4, "atol": 1e-5}, "cuda": {"rtol": 2e-2, "atol": 2e-2}}
 
 
 @pytest.mark.scenario("train-eval-train")
 def test_train_eval_train(case, device, make_peft_model, case_audit, check_budget):
-    # Inductor's RNG differs from eager's, so GPU cases compare losses with dropout off.
-    overrides = {"dropout": 0.0} if case.tier == "cuda" else {}
+    overrides = case.model_overrides
     # Two seeded builds rather than deepcopy: some methods (OSF) hold hooks that a copy would not carry.
     model, eager = make_peft_model(**overrides), make_peft_model(**overrides)
     tolerance = TOLERANCES[case.tier]
@@ -56,9 +55,7 @@ def test_train_eval_train(case, device, make_peft_model, case_audit, check_budge
             with case_audit.phase(name, kind):
                 first, second = eval_step(compiled, batch), eval_step(compiled, batch)
             case_audit.expect(
-                compare_tensors(
-                    f"[{name}] two compiled eval calls (dropout on in eval?)", first, second, **tolerance
-                )
+                compare_tensors(f"[{name}] two compiled eval calls (dropout on in eval?)", first, second, **tolerance)
             )
             case_audit.expect(
                 compare_tensors(

@@ -187,6 +187,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def _message(report: pytest.TestReport) -> str | None:
     if report.passed:
         return None
+    if hasattr(report, "wasxfail"):
+        return str(report.wasxfail)
     if report.skipped and isinstance(report.longrepr, tuple):
         return str(report.longrepr[2]).removeprefix("Skipped: ")
     crash = getattr(report.longrepr, "reprcrash", None)
@@ -203,6 +205,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     outcomes = session["outcomes"]
     if report.when == "call" or (report.when in ("setup", "teardown") and not report.passed):
         status = report.outcome if report.when == "call" or report.skipped else "error"
+        if hasattr(report, "wasxfail"):  # a known failure (budgets file: known_failure)
+            status = "xfailed"
         if report.nodeid not in outcomes or outcomes[report.nodeid][0] == "passed":
             outcomes[report.nodeid] = (status, _message(report))
     for name, value in report.user_properties:

@@ -4,7 +4,7 @@ Schema ``compile-audit-report/1`` (documented in README.md)::
 
     {"schema": ..., "created": ISO time, "versions": {"torch": ..., ...},
      "cases": [{"id", "model", "method", "scenario", "device", "backend",
-                "status": "passed" | "failed" | "skipped" | "error", "message": str | null,
+                "status": "passed" | "failed" | "skipped" | "xfailed" | "error", "message": str | null,
                 "graph_breaks": {"count", "budget", "calls": [...]},
                 "recompiles": {"count", "budget", "unexpected", "unexpected_budget", "events": [...]},
                 "steady_state_compiles", "compile_seconds", "wall_seconds", "phases": [...],
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "compile-audit-report/1"
-STATUSES = ("passed", "failed", "skipped", "error")
+STATUSES = ("passed", "failed", "skipped", "xfailed", "error")
 
 
 def build_report(cases: list[dict[str, Any]], versions: dict[str, str]) -> dict[str, Any]:

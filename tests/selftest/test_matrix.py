@@ -99,7 +99,14 @@ def test_header_legend_and_summary(tmp_path, capsys):
     for marker in ("✅", "⚠️", "❌", "⏭", "(N unexp.)", "×", "–"):
         assert any(line.startswith("- ") and marker in line for line in lines), marker
     _, summary = _table(out, "Summary")
-    assert summary["llama-tiny · cpu / eager"] == ["5", "3", "1", "0", "1"]  # cases, passed, failed, error, skipped
+    assert summary["llama-tiny · cpu / eager"] == [
+        "5",
+        "3",
+        "1",
+        "0",
+        "1",
+        "0",
+    ]  # cases, passed, failed, error, skipped, known failures
 
 
 def test_output_is_deterministic_and_written_where_asked(tmp_path, capsys):

@@ -200,10 +200,3 @@ class PhaseAudit:
     @property
     def recompiles(self) -> list[Recompile]:
         return [r for p in self.phases for r in p.recompiles]
-
-    def compiled_after(self, phase_name: str) -> list[PhaseRecord]:
-        """Phases after ``phase_name`` that compiled anything: the steady-state check."""
-        names = [p.name for p in self.phases]
-        if phase_name not in names:
-            raise ValueError(f"unknown phase {phase_name!r}; phases are {names}")
-        return [p for p in self.phases[names.index(phase_name) + 1 :] if p.frames_compiled]

@@ -126,17 +126,11 @@ def check_budget(request: pytest.FixtureRequest, case: Case):
             request.node.warn(pytest.PytestWarning(f"{case.id}: {warning}"))
         if updating:  # the budgets are being rewritten from this run: only non-budget problems fail
             failures = audit.findings + [f for f in failures if f.startswith("steady state")]
-        known = audit.budget.known_failure
-        if known and failures:
-            pytest.xfail(f"known failure ({known}); today: {failures[0].splitlines()[0]}")
-        if known:
-            pytest.fail(
-                f"{case.id} passes now, but {budget_file.path}:{audit.budget.line} records it as a known failure "
-                f"({known}): remove known_failure from the entry",
-                pytrace=False,
-            )
-        if failures:
-            pytest.fail(audit.failure_message(failures), pytrace=False)
+        verdict, message = audit.outcome(failures, budget_file=budget_file.path)
+        if verdict == "xfail":
+            pytest.xfail(message)
+        if verdict == "fail":
+            pytest.fail(message, pytrace=False)
 
     return check
 

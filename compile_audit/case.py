@@ -125,3 +125,21 @@ class CaseAudit:
             f" ({observed.unexpected_recompiles} unexpected, budget {budget.unexpected_recompiles})"
         )
         return "\n".join([head, *[f"- {section}" for section in failures]])
+
+    def outcome(self, failures: list[str], *, budget_file: Path | None = None) -> tuple[str, str]:
+        """("pass" | "fail" | "xfail", message): the verdict, a ``known_failure`` entry included.
+
+        A known failure that fails is expected ("xfail"); one that passes is a failure, so that the
+        entry is removed as soon as PEFT fixes the case.
+        """
+        known = self.budget.known_failure
+        if known and failures:
+            return "xfail", f"known failure ({known}); today: {failures[0].splitlines()[0]}"
+        if known:
+            return "fail", (
+                f"{self.case_id} passes now, but {self._budget_location(budget_file)} records it as a known "
+                f"failure ({known}): remove known_failure from the entry"
+            )
+        if failures:
+            return "fail", self.failure_message(failures)
+        return "pass", ""

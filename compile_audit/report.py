@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "compile-audit-report/1"
-STATUSES = ("passed", "failed", "skipped", "xfailed", "error")
 
 
 def build_report(cases: list[dict[str, Any]], versions: dict[str, str]) -> dict[str, Any]:

@@ -16,9 +16,11 @@ from .methods import (
     skip_reason,
 )
 from .models import MODELS, ModelSpec, build_base_model, get_spec, library_versions
+from .slices import CORE_METHODS
 from .workloads import eval_step, make_batch, make_optimizer, train_step
 
 __all__ = [
+    "CORE_METHODS",
     "EXCLUDED_PEFT_TYPES",
     "METHODS",
     "MODELS",

@@ -20,6 +20,7 @@ import peft
 import torch
 
 from . import (
+    CORE_METHODS,
     EXCLUDED_PEFT_TYPES,
     METHODS,
     MODELS,
@@ -36,7 +37,6 @@ from . import (
 )
 from .models import auto_model_class
 
-DEFAULT_OTHER_MODEL_METHODS = ("lora", "lora-dora", "ia3", "loha", "prompt-tuning")
 # float32 tiny models: "same" allows merge/recompute round-off, "different" needs a change one train step makes.
 ATOL, RTOL = 1e-5, 1e-4
 
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     cases = []
     for model_key in args.models or tiny:
         for method_name in args.methods or METHODS:
-            if args.all or args.methods or model_key == "llama-tiny" or method_name in DEFAULT_OTHER_MODEL_METHODS:
+            if args.all or args.methods or model_key == "llama-tiny" or method_name in CORE_METHODS:
                 cases.append((model_key, method_name))
 
     print(" ".join(f"{k}={v}" for k, v in library_versions().items()))

@@ -26,7 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from compile_audit.report import load_report
+from compile_audit.normalize import normalize
+from compile_audit.report import comparable, count, read_cases, recompile_limit_hits, section
+from compile_audit.versions import GATED_LIBRARIES
 
 STEP_TIME_KEY = "compiled_step_ms"
 MEMORY_SUFFIX = "_bytes"  # every benchmarks entry ending in it is a memory figure (reserved_max_bytes, ...)
@@ -40,19 +42,24 @@ MAX_THRESHOLD = 1000.0
 # passed < skipped < failed < error; entering "skipped" from any audited status is treated as worse.
 # A known failure ("xfailed", the budgets file's known_failure) ranks with failed: entering it is worse.
 STATUS_RANK = {"passed": 0, "skipped": 1, "xfailed": 2, "failed": 2, "error": 3}
-GATED_LIBRARIES = ("torch", "transformers", "peft")
 CHART_LIMIT = 30
 REASON_WIDTH = 160
 
-_LINE_NUMBER = re.compile(r"(\.py):\d+")
-_COMPILE_ID = re.compile(r"\b\d+/\d+\b")
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]+|\b\d{5,}\b")
 # An underscore between two letters or digits is literal (module_dropout); any other one may be emphasis.
 _MARKDOWN_SPECIAL = re.compile(r"[\\`*<>\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
 
 
 # The order in which changes are listed and, for sorting cases, weighed: a worse status first, then ...
-METRICS = ("status", "graph breaks", "unexpected recompiles", "recompiles", "compiled step", "memory")
+METRICS = (
+    "status",
+    "recompile limit",
+    "signatures",
+    "graph breaks",
+    "unexpected recompiles",
+    "recompiles",
+    "compiled step",
+    "memory",
+)
 
 
 @dataclasses.dataclass
@@ -103,44 +110,18 @@ class ReportDiff:
 # ----------------------------------------------------------------------------- reading
 
 
+class NothingAudited(ValueError):
+    """A report in which no case was audited: comparing it would pass having checked nothing."""
+
+
 def load_cases(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The report's versions and its cases by id; ValueError naming the file when unusable."""
-    report = load_report(path)
-    cases = report.get("cases")
-    if not isinstance(cases, list):
-        raise ValueError(f"{path}: 'cases' is not a list")
-    by_id: dict[str, dict[str, Any]] = {}
-    for index, case in enumerate(cases):
-        if not isinstance(case, dict) or not isinstance(case.get("id"), str) or not isinstance(case.get("status"), str):
-            raise ValueError(f"{path}: case #{index} has no string 'id' and 'status'")
-        if case["id"] in by_id:
-            raise ValueError(f"{path}: case {case['id']!r} appears twice")
-        by_id[case["id"]] = case
-    versions = report.get("versions")
-    return (versions if isinstance(versions, dict) else {}), by_id
-
-
-def _section(case: dict[str, Any], name: str) -> dict[str, Any]:
-    value = case.get(name)
-    return value if isinstance(value, dict) else {}
-
-
-def _count(case: dict[str, Any], section: str, key: str) -> int:
-    value = _section(case, section).get(key)
-    return value if isinstance(value, int) else 0
-
-
-def _audited(case: dict[str, Any]) -> bool:
-    """Whether the case's counts mean something: a known failure's (e.g. recompiling until the cache limit)
-    vary from run to run, so they are not compared."""
-    if case.get("status") == "xfailed":
-        return False
-    return bool(case.get("audited", bool(case.get("phases"))))
-
-
-def _normalize(text: str) -> str:
-    """The same break or guard failure reads the same in both runs: no line numbers, ids, addresses."""
-    return _ADDRESS.sub("#", _COMPILE_ID.sub("#", _LINE_NUMBER.sub(r"\1", text))).strip()
+    cases = read_cases(path)
+    if not cases.audited_count:
+        statuses = collections.Counter(case["status"] for case in cases.cases)
+        seen = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "no case at all"
+        raise NothingAudited(f"{path}: no case was audited ({seen}): nothing to compare")
+    return cases.versions, cases.by_id
 
 
 def _first_line(text: Any, width: int = REASON_WIDTH) -> str:
@@ -165,12 +146,12 @@ def _breaks(case: dict[str, Any]) -> tuple[collections.Counter, dict[tuple, dict
     """Occurrences per break (file, reason, source) and one example of each, with its call."""
     counts: collections.Counter = collections.Counter()
     examples: dict[tuple, dict[str, Any]] = {}
-    for call in _section(case, "graph_breaks").get("calls") or []:
+    for call in section(case, "graph_breaks").get("calls") or []:
         for brk in call.get("breaks") or []:
             location = str(brk.get("location", "?"))
             key = (
                 location.rsplit(":", 1)[0],
-                _normalize(str(brk.get("reason", ""))),
+                normalize(str(brk.get("reason", ""))),
                 str(brk.get("source", "")).strip(),
             )
             counts[key] += brk.get("occurrences", 1) if isinstance(brk.get("occurrences"), int) else 1
@@ -181,11 +162,11 @@ def _breaks(case: dict[str, Any]) -> tuple[collections.Counter, dict[tuple, dict
 def _recompiles(case: dict[str, Any]) -> tuple[collections.Counter, dict[tuple, dict[str, Any]]]:
     counts: collections.Counter = collections.Counter()
     examples: dict[tuple, dict[str, Any]] = {}
-    for event in _section(case, "recompiles").get("events") or []:
+    for event in section(case, "recompiles").get("events") or []:
         key = (
             bool(event.get("expected")),
-            _normalize(str(event.get("frame", ""))),
-            _normalize(str(event.get("reason", ""))),
+            normalize(str(event.get("frame", ""))),
+            normalize(str(event.get("reason", ""))),
         )
         counts[key] += 1
         examples.setdefault(key, event)
@@ -261,6 +242,41 @@ def _new_recompile_lines(base: dict[str, Any], head: dict[str, Any]) -> list[str
     return lines
 
 
+def _signatures(case: dict[str, Any], name: str) -> set[str] | None:
+    """The case's signatures; None for a report written before signatures existed."""
+    values = section(case, name).get("signatures")
+    return {v for v in values if isinstance(v, str)} if isinstance(values, list) else None
+
+
+def _signature_change(base: dict[str, Any], head: dict[str, Any], details: list[str]) -> Change | None:
+    """New break or unexpected-recompile signatures: a regression even when every count is unchanged."""
+    new = []
+    for name, what in (("graph_breaks", "graph break"), ("recompiles", "unexpected recompile")):
+        old, now = _signatures(base, name), _signatures(head, name)
+        if old is None or now is None:
+            continue
+        for signature in sorted(now - old):
+            new.append(signature)
+            details.append(f"new {what} signature {code(signature)}")
+    if not new:
+        return None
+    return Change("signatures", f"{len(new)} new signature(s)", len(new))
+
+
+def _limit_change(base: dict[str, Any], head: dict[str, Any], details: list[str]) -> Change | None:
+    """Frames on which Dynamo gave up (recompile limit) in head and not in base."""
+    base_frames = {normalize(str(hit.get("frame", ""))) for hit in recompile_limit_hits(base)}
+    new = [hit for hit in recompile_limit_hits(head) if normalize(str(hit.get("frame", ""))) not in base_frames]
+    for hit in new:
+        details.append(
+            f"new recompile-limit hit in {hit.get('phase', '?')} of {code(hit.get('frame', '?'))}"
+            f" ({hit.get('limit', '?')}): runs eagerly from then on"
+        )
+    if not new:
+        return None
+    return Change("recompile limit", f"recompile limit hit on {len(new)} new frame(s)", len(new))
+
+
 def compare_case(
     base: dict[str, Any], head: dict[str, Any], timing_threshold: float, memory_threshold: float
 ) -> CaseDiff | None:
@@ -271,16 +287,14 @@ def compare_case(
         changes.append(Change("status", f"status {base['status']} -> {head['status']}", status_delta))
     if status_delta > 0 and head["status"] in ("error", "skipped") and head.get("message"):
         details.append(f"{head['status']}: {_first_line(head['message'])}")
-    if _audited(base) and _audited(head):
+    if comparable(base) and comparable(head):
         breaks = _count_change(
-            "graph breaks", _count(base, "graph_breaks", "count"), _count(head, "graph_breaks", "count")
+            "graph breaks", count(base, "graph_breaks", "count"), count(head, "graph_breaks", "count")
         )
         unexpected = _count_change(
-            "unexpected recompiles", _count(base, "recompiles", "unexpected"), _count(head, "recompiles", "unexpected")
+            "unexpected recompiles", count(base, "recompiles", "unexpected"), count(head, "recompiles", "unexpected")
         )
-        recompiles = _count_change(
-            "recompiles", _count(base, "recompiles", "count"), _count(head, "recompiles", "count")
-        )
+        recompiles = _count_change("recompiles", count(base, "recompiles", "count"), count(head, "recompiles", "count"))
         new_breaks = _new_breaks(base, head) if breaks and breaks.delta > 0 else []
         first_new = next((brk for how, brk in new_breaks if how == "new"), None)
         if breaks and first_new:
@@ -289,8 +303,9 @@ def compare_case(
         details += _break_lines(new_breaks)
         if (unexpected and unexpected.delta > 0) or (recompiles and recompiles.delta > 0):
             details += _new_recompile_lines(base, head)
+        changes += [_limit_change(base, head, details), _signature_change(base, head, details)]
         changes += [breaks, unexpected, recompiles]
-    base_bench, head_bench = _section(base, "benchmarks"), _section(head, "benchmarks")
+    base_bench, head_bench = section(base, "benchmarks"), section(head, "benchmarks")
     step = base_bench.get(STEP_TIME_KEY), head_bench.get(STEP_TIME_KEY)
     changes.append(_percent_change("compiled step", "compiled step", *step, timing_threshold))
     for key in sorted(k for k in base_bench.keys() & head_bench.keys() if k.endswith(MEMORY_SUFFIX)):
@@ -340,10 +355,10 @@ def _lonely_lines(title: str, cases: list[tuple[dict[str, Any], bool]], why: str
     lines = ["", f"### {title} ({len(cases)})", ""]
     for case, regressed in cases:
         counts = ""
-        if _audited(case):
-            breaks, recompiles = _count(case, "graph_breaks", "count"), _count(case, "recompiles", "count")
+        if comparable(case):
+            breaks, recompiles = count(case, "graph_breaks", "count"), count(case, "recompiles", "count")
             counts = f", graph breaks {breaks}, recompiles {recompiles}"
-            counts += f" ({_count(case, 'recompiles', 'unexpected')} unexpected)"
+            counts += f" ({count(case, 'recompiles', 'unexpected')} unexpected)"
         flag = f" — **regression**: {why}" if regressed else ""
         lines.append(f"- **{case['id']}**: {case['status']}{counts}{flag}")
     return lines
@@ -358,13 +373,13 @@ def chart_lines(result: ReportDiff, section: str, key: str) -> list[str]:
     ids = [
         d.case_id
         for d in result.changed
-        if _count(base[d.case_id], section, key) != _count(head[d.case_id], section, key)
+        if count(base[d.case_id], section, key) != count(head[d.case_id], section, key)
     ]
-    ids = [i for i in ids if _audited(base[i]) and _audited(head[i])][:CHART_LIMIT]
+    ids = [i for i in ids if comparable(base[i]) and comparable(head[i])][:CHART_LIMIT]
     if not ids:
         return []
-    old = [_count(base[i], section, key) for i in ids]
-    new = [_count(head[i], section, key) for i in ids]
+    old = [count(base[i], section, key) for i in ids]
+    new = [count(head[i], section, key) for i in ids]
     label = section.replace("_", " ") if key == "count" else f"{key} {section.replace('_', ' ')}"
     return [
         "",

@@ -18,9 +18,20 @@ class GraphBreak:
     reason: str  # one line: Dynamo's headline and explanation
     location: str  # innermost user frame, path:line
     source: str  # the source line at that location
+    function: str = "?"  # the function of that frame
 
-    def describe(self) -> str:
-        return f"{self.location}: {self.reason}\n        {self.source}"
+    @property
+    def kind(self) -> str:
+        """Dynamo's headline (its graph-break type), e.g. ``Unsupported method call``."""
+        return self.reason.split(": ", 1)[0]
+
+    @property
+    def signature(self) -> str:
+        """Identity that survives moved lines: file, function and kind of reason.
+
+        A budget records the signatures it allows, so a new break fails even when the count stays the same.
+        """
+        return f"{self.location.rsplit(':', 1)[0]} in {self.function}: {self.kind}"
 
 
 @dataclasses.dataclass
@@ -43,7 +54,14 @@ class GraphBreakReport:
             "count": self.count,
             "graph_count": self.graph_count,
             "breaks": [
-                {"reason": b.reason, "location": b.location, "source": b.source, "occurrences": n}
+                {
+                    "reason": b.reason,
+                    "location": b.location,
+                    "source": b.source,
+                    "function": b.function,
+                    "signature": b.signature,
+                    "occurrences": n,
+                }
                 for b, n in self.grouped()
             ],
         }
@@ -68,19 +86,19 @@ def one_line_reason(reason: str) -> str:
     return headline
 
 
-def _user_frame(user_stack: list[Any]) -> tuple[str, str]:
+def _user_frame(user_stack: list[Any]) -> tuple[str, str, str]:
     if not user_stack:
-        return "<unknown>:?", ""
+        return "<unknown>:?", "", "?"
     frame = user_stack[-1]
-    return location(frame.filename, frame.lineno), (frame.line or "").strip()
+    return location(frame.filename, frame.lineno), (frame.line or "").strip(), getattr(frame, "name", "?") or "?"
 
 
 def graph_break_of(compile_reason: Any) -> GraphBreak | None:
     """The break behind one compiled graph (``gm.compile_subgraph_reason``), as explain() reads it."""
     if compile_reason is None or not getattr(compile_reason, "graph_break", False):
         return None
-    where, source = _user_frame(list(compile_reason.user_stack))
-    return GraphBreak(reason=one_line_reason(compile_reason.reason), location=where, source=source)
+    where, source, function = _user_frame(list(compile_reason.user_stack))
+    return GraphBreak(reason=one_line_reason(compile_reason.reason), location=where, source=source, function=function)
 
 
 def find_graph_breaks(

@@ -6,11 +6,14 @@ import dataclasses
 import re
 
 from compile_audit.locations import location
+from compile_audit.normalize import without_ids
 
 _ENTRY = re.compile(r"^\s*(?P<entry>[!\d/]*\d+/\d+):\s*(?P<guard>.*)$")
 _STACK_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
 _DICT_ATTRIBUTE = re.compile(r"\.__dict__\['([^']+)'\]")
 _SUBSCRIPT_ATTRIBUTE = re.compile(r"\._(?:modules|parameters|buffers)\['([^']+)'\]")
+_COMPARISON = re.compile(r"\s(?:==|!=|<=|>=|<|>|is not|is)\s")
+_EXPECTED_ACTUAL = re.compile(r"[.,]\s*expected\b")
 
 # A recompile on the first train <-> eval switch is correct (dropout must go off), provided the
 # failing guard is a module `training` flag or the grad/inference mode.
@@ -30,6 +33,14 @@ class GuardFailure:
     @property
     def is_mode_switch(self) -> bool:
         return bool(_MODE_GUARD.search(self.guard))
+
+    @property
+    def kind(self) -> str:
+        """What is guarded, without the values it was compared with or run-specific ids:
+        ``self.base.drop.training == True`` -> ``self.base.drop.training``."""
+        guard = without_ids(self.guard)
+        guard = _EXPECTED_ACTUAL.split(guard, 1)[0]
+        return _COMPARISON.split(guard, 1)[0].strip()
 
 
 def shorten_guard(guard: str) -> str:

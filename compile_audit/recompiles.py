@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -21,9 +22,13 @@ from torch._dynamo.callback import CallbackArgs, CallbackTrigger
 
 from compile_audit.graph_breaks import GraphBreak, GraphBreakReport, graph_break_of
 from compile_audit.guards import GuardFailure, parse_guard_failure
-from compile_audit.locations import code_location
+from compile_audit.locations import code_location, location
+from compile_audit.normalize import normalize
 
 _COMPILE_ID = re.compile(r"(\d+)/(\d+)$")
+# Dynamo's warning when a frame reaches its recompile limit: from then on the frame runs eagerly.
+_LIMIT_WARNING = "torch._dynamo hit config."
+_FUNCTION_INFO = re.compile(r"'(?P<name>[^']*)' \((?P<file>.*):(?P<line>\d+)\)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +43,13 @@ class Recompile:
     def reason(self) -> str:
         return "; ".join(f.describe() for f in self.failures) or "(no guard failure recorded)"
 
+    @property
+    def signature(self) -> str:
+        """Identity that survives moved lines and run-specific ids: the frame (no line) and what the newest
+        cache entry guarded (the failures of older entries repeat in every later recompile of the frame)."""
+        kind = self.failures[0].kind if self.failures else "(no guard failure recorded)"
+        return f"{normalize(self.frame)}: {kind}"
+
     def describe(self) -> str:
         kind = "expected" if self.expected else "UNEXPECTED"
         return f"[{self.phase}] {self.frame} (compile {self.compile_id}, {kind}): {self.reason}"
@@ -49,8 +61,51 @@ class Recompile:
             "compile_id": self.compile_id,
             "expected": self.expected,
             "reason": self.reason,
+            "signature": self.signature,
             "failures": [dataclasses.asdict(f) for f in self.failures],
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class RecompileLimitHit:
+    """Dynamo gave up on a frame: it reached ``recompile_limit`` (or the accumulated limit) and, from this
+    phase on, runs that frame eagerly, silently."""
+
+    phase: str
+    frame: str  # "forward at peft/tuners/lora/layer.py:700"
+    limit: str  # "recompile_limit (8)"
+    last_guard: str  # the guard that kept failing
+
+    def describe(self) -> str:
+        return (
+            f"[{self.phase}] {self.frame} hit Dynamo's {self.limit}: it runs eagerly from this phase on;"
+            f" the guard that kept failing: {self.last_guard}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _limit_hit_of(record: logging.LogRecord, phase: str) -> RecompileLimitHit | None:
+    if not str(record.msg).startswith(_LIMIT_WARNING):
+        return None
+    args = tuple(record.args) if isinstance(record.args, tuple) else ()
+    limit_type, value, function, reason = (list(args) + ["?"] * 4)[:4]
+    match = _FUNCTION_INFO.search(str(function))
+    frame = f"{match['name']} at {location(match['file'], int(match['line']))}" if match else str(function)
+    last_guard = parse_guard_failure(str(reason)).describe() if reason != "?" else "(not given)"
+    return RecompileLimitHit(phase, frame, f"{limit_type} ({value})", last_guard)
+
+
+class _LimitHitHandler(logging.Handler):
+    def __init__(self, record: PhaseRecord) -> None:
+        super().__init__(level=logging.WARNING)
+        self.record = record
+
+    def emit(self, log_record: logging.LogRecord) -> None:
+        hit = _limit_hit_of(log_record, self.record.name)
+        if hit is not None:
+            self.record.limit_hits.append(hit)
 
 
 @dataclasses.dataclass
@@ -64,15 +119,17 @@ class PhaseRecord:
     seconds: float = 0.0
     recompiles: list[Recompile] = dataclasses.field(default_factory=list)
     graph_breaks: list[GraphBreak] = dataclasses.field(default_factory=list)
+    limit_hits: list[RecompileLimitHit] = dataclasses.field(default_factory=list)
 
     def break_report(self) -> GraphBreakReport:
         return GraphBreakReport(call=self.name, breaks=self.graph_breaks, graph_count=self.graphs_compiled)
 
     def to_dict(self) -> dict[str, Any]:
-        skip = ("recompiles", "graph_breaks")
+        skip = ("recompiles", "graph_breaks", "limit_hits")
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
         data["graph_breaks"] = len(self.graph_breaks)
         data["recompiles"] = [r.to_dict() for r in self.recompiles]
+        data["limit_hits"] = [h.to_dict() for h in self.limit_hits]
         return data
 
 
@@ -143,15 +200,19 @@ class _PhaseListener:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        handler = torch._dynamo.callback_handler
-        handler.register_start_callback(self.on_start)
-        handler.register_end_callback(self.on_end)
+        callbacks = torch._dynamo.callback_handler
+        callbacks.register_start_callback(self.on_start)
+        callbacks.register_end_callback(self.on_end)
+        limit_logger = logging.getLogger(torch._dynamo.convert_frame.log.name)
+        limit_handler = _LimitHitHandler(self.record)
+        limit_logger.addHandler(limit_handler)
         try:
             with torch._dynamo.config.patch(report_guard_failures=True):
                 yield
         finally:
-            handler.remove_start_callback(self.on_start)
-            handler.remove_end_callback(self.on_end)
+            callbacks.remove_start_callback(self.on_start)
+            callbacks.remove_end_callback(self.on_end)
+            limit_logger.removeHandler(limit_handler)
 
 
 class PhaseAudit:
@@ -200,3 +261,7 @@ class PhaseAudit:
     @property
     def recompiles(self) -> list[Recompile]:
         return [r for p in self.phases for r in p.recompiles]
+
+    @property
+    def limit_hits(self) -> list[RecompileLimitHit]:
+        return [h for p in self.phases for h in p.limit_hits]

@@ -1,4 +1,5 @@
-"""The run report: one record per case, as JSON (``--compile-report``) and as a terminal table.
+"""The run report: one record per case, as JSON (``--compile-report``) and as a terminal table, and the one
+reader of reports that the diff and the matrix share.
 
 Schema ``compile-audit-report/1`` (documented in README.md)::
 
@@ -13,12 +14,16 @@ Schema ``compile-audit-report/1`` (documented in README.md)::
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from pathlib import Path
 from typing import Any
 
+from compile_audit.files import write_text_atomic
+
 SCHEMA = "compile-audit-report/1"
+REQUIRED_FIELDS = ("id", "model", "method", "scenario", "status")
 
 
 def build_report(cases: list[dict[str, Any]], versions: dict[str, str]) -> dict[str, Any]:
@@ -31,9 +36,7 @@ def build_report(cases: list[dict[str, Any]], versions: dict[str, str]) -> dict[
 
 
 def write_report(path: str | Path, report: dict[str, Any]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(report, indent=1, sort_keys=False) + "\n")
 
 
 def load_report(path: str | Path) -> dict[str, Any]:
@@ -48,19 +51,101 @@ def load_report(path: str | Path) -> dict[str, Any]:
     return report
 
 
-def _fraction(count: Any, budget: Any) -> str:
-    if count is None:
+# ----------------------------------------------------------------------------- reading cases
+
+
+@dataclasses.dataclass
+class ReportCases:
+    """A report's versions and cases (in file order), validated; ``by_id`` for lookups."""
+
+    path: Path
+    report: dict[str, Any]
+    cases: list[dict[str, Any]]
+
+    @property
+    def versions(self) -> dict[str, Any]:
+        versions = self.report.get("versions")
+        return versions if isinstance(versions, dict) else {}
+
+    @property
+    def by_id(self) -> dict[str, dict[str, Any]]:
+        return {case["id"]: case for case in self.cases}
+
+    @property
+    def audited_count(self) -> int:
+        return sum(audited(case) for case in self.cases)
+
+
+def read_cases(path: str | Path) -> ReportCases:
+    """Every case of a report; ValueError naming the file and the case when one is unusable."""
+    report = load_report(path)
+    cases = report.get("cases")
+    if not isinstance(cases, list):
+        raise ValueError(f"{path}: 'cases' is not a list")
+    seen: set[str] = set()
+    for index, case in enumerate(cases):
+        missing = [k for k in REQUIRED_FIELDS if not isinstance(case, dict) or not isinstance(case.get(k), str)]
+        if missing:
+            raise ValueError(f"{path}: case #{index} has no {', '.join(missing)}")
+        if case["id"] in seen:
+            raise ValueError(f"{path}: case {case['id']!r} appears twice")
+        seen.add(case["id"])
+    return ReportCases(Path(path), report, cases)
+
+
+def section(case: dict[str, Any], name: str) -> dict[str, Any]:
+    value = case.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def count(case: dict[str, Any], name: str, key: str) -> int:
+    value = section(case, name).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def audited(case: dict[str, Any]) -> bool:
+    """Whether the case was compiled and measured (a skip, or a crash before compiling, was not)."""
+    return bool(case.get("audited", bool(case.get("phases"))))
+
+
+def comparable(case: dict[str, Any]) -> bool:
+    """Whether its counts may be compared with another run's: a known failure's (e.g. recompiling until the
+    limit) vary from run to run, so they are shown but never compared."""
+    return audited(case) and case.get("status") != "xfailed"
+
+
+def recompile_limit_hits(case: dict[str, Any]) -> list[dict[str, Any]]:
+    hits = section(case, "recompiles").get("limit_hits")
+    return [hit for hit in hits if isinstance(hit, dict)] if isinstance(hits, list) else []
+
+
+def clean(case: dict[str, Any]) -> bool:
+    """Compiles cleanly: audited, passed, no graph break, no unexpected recompile, Dynamo never gave up."""
+    return (
+        audited(case)
+        and case.get("status") == "passed"
+        and count(case, "graph_breaks", "count") == 0
+        and count(case, "recompiles", "unexpected") == 0
+        and not recompile_limit_hits(case)
+    )
+
+
+# ----------------------------------------------------------------------------- terminal table
+
+
+def _fraction(value: Any, budget: Any) -> str:
+    if value is None:
         return "-"
-    return f"{count}/{'exp' if budget is None else budget}"
+    return f"{value}/{'exp' if budget is None else budget}"
 
 
 def summary_table(cases: list[dict[str, Any]]) -> list[str]:
     """Fixed-width lines: case, graph breaks/budget, recompiles/budget (unexpected), seconds, status."""
     rows = [("case", "breaks", "recompiles", "unexpected", "seconds", "status")]
     for case in sorted(cases, key=lambda c: c["id"]):
-        breaks = case.get("graph_breaks") or {}
-        recompiles = case.get("recompiles") or {}
+        breaks, recompiles = section(case, "graph_breaks"), section(case, "recompiles")
         seconds = case.get("wall_seconds")
+        status = case["status"] + (" (recompile limit hit)" if recompile_limit_hits(case) else "")
         rows.append(
             (
                 case["id"],
@@ -68,7 +153,7 @@ def summary_table(cases: list[dict[str, Any]]) -> list[str]:
                 _fraction(recompiles.get("count"), recompiles.get("budget")),
                 _fraction(recompiles.get("unexpected"), recompiles.get("unexpected_budget", 0)),
                 "-" if seconds is None else f"{seconds:.1f}",
-                case["status"],
+                status,
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from bench_models import METHODS, MODELS
+from bench_models import CORE_METHODS, METHODS, MODELS, OPERATIONS
 
-# Scenario -> the lifecycle operation a method must support to run it (None: every method).
+# Scenario -> the lifecycle operation a method must support to run it (None: every method). Each lifecycle
+# operation is a scenario of the same name.
 SCENARIOS: dict[str, str | None] = {
     "train-eval-train": None,
-    "multi-adapter": "multi-adapter",
-    "disable-adapter": "disable-adapter",
-    "merge-unmerge": "merge-unmerge",
-    "mixed-batch": "mixed-batch",
-    "hotswap": "hotswap",
-    "gradient-checkpointing": "gradient-checkpointing",
-    "generate": "generate",
+    **{operation: operation for operation in OPERATIONS},
     "dynamic-modes": None,
 }
 # Lifecycle scenarios run LoRA by default, on one causal LM and the classifier (PEFT's two task code
@@ -24,12 +19,10 @@ SCENARIOS: dict[str, str | None] = {
 LIFECYCLE_DEFAULT_METHODS = ("lora",)
 LIFECYCLE_DEFAULT_MODELS = ("llama-tiny", "bert-tiny")
 
-# Beyond llama-tiny (every method), each other architecture runs these plus every method with
-# architecture-specific code; the whole product is behind --full-matrix.
-CORE_METHODS = ("lora", "lora-dora", "ia3", "loha", "prompt-tuning")
+# Beyond llama-tiny (every method), each other architecture runs CORE_METHODS plus every method with
+# architecture-specific code; the whole product is behind --full-matrix. The GPU tier runs CORE_METHODS too
+# (inductor compiles take seconds to minutes each).
 DEFAULT_FULL_METHOD_MODEL = "llama-tiny"
-# The GPU tier's slice (inductor compiles take seconds to minutes each).
-GPU_METHODS = ("lora", "lora-dora", "ia3", "loha", "prompt-tuning")
 GPU_MODELS = ("llama-tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b")
 
 CPU_BACKENDS = ("eager", "aot_eager")
@@ -53,6 +46,11 @@ class Case:
     def model_overrides(self) -> dict:
         """Inductor's RNG differs from eager's, so GPU cases compare with dropout off."""
         return {"dropout": 0.0} if self.tier == "cuda" else {}
+
+    def report_fields(self) -> dict[str, str]:
+        """The case's identity in the compile report."""
+        fields = ("model", "method", "scenario", "device", "backend")
+        return {**{name: getattr(self, name) for name in fields}, "tier": self.tier}
 
     @property
     def id(self) -> str:
@@ -95,7 +93,7 @@ def cases_for(scenario: str, *, full_matrix: bool = False, cpu_backend: str = "e
             for method in _cpu_methods(model, scenario, full_matrix)
             if _supports(method, scenario)
         ]
-    gpu_methods = list(METHODS) if full_matrix else [m for m in GPU_METHODS if m in METHODS]
+    gpu_methods = list(METHODS) if full_matrix else [m for m in CORE_METHODS if m in METHODS]
     if scenario != "train-eval-train" and not full_matrix:
         gpu_methods = [m for m in LIFECYCLE_DEFAULT_METHODS if m in METHODS]
     for model in GPU_MODELS:

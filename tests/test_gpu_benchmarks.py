@@ -21,7 +21,7 @@ from bench_models import eval_step, make_batch, make_optimizer, train_step
 from compile_audit.memory import MemorySampler, release_memory
 from compile_audit.recompiles import PhaseAudit
 from compile_audit.timing import StepTimer, summarize_times
-from tests.plugins.gpu_tier import benchmark_cases
+from tests.plugins.step_benchmarks import benchmark_cases
 
 pytestmark = pytest.mark.gpu
 
@@ -42,7 +42,7 @@ def _run(model, optimizer, batches, timer: StepTimer, memory: MemorySampler, los
     memory.after_step()
 
 
-def test_train_step_benchmark(case, device, make_peft_model, benchmark, gpu_bench, record_gpu_benchmarks):
+def test_train_step_benchmark(case, device, make_peft_model, benchmark, gpu_bench, record_compile_benchmarks):
     steps = gpu_bench.warmup + gpu_bench.rounds
     batches = [
         make_batch(
@@ -126,6 +126,6 @@ def test_train_step_benchmark(case, device, make_peft_model, benchmark, gpu_benc
         figures.update(compiled_memory.to_dict())
         figures.update(eager_memory_stats.to_dict("eager_"))
     benchmark.extra_info.update(figures)
-    record_gpu_benchmarks(case.id, figures)
+    record_compile_benchmarks(case, figures)
     del step, compiled, model, optimizer
     release_memory(device)

@@ -63,7 +63,7 @@ def _logits(model, batch, **kwargs) -> torch.Tensor:
 
 
 @pytest.mark.scenario("multi-adapter")
-def test_multi_adapter(case, device, make_peft_model, case_audit, check_budget):
+def test_multi_adapter(case, device, make_peft_model, case_audit):
     """set_adapter back and forth, in inference and in training; the second round trip compiles nothing."""
     model = _randomized_model(make_peft_model, case, two_adapters=True, **case.model_overrides)
     eager = _randomized_model(make_peft_model, case, two_adapters=True, **case.model_overrides)
@@ -103,14 +103,13 @@ def test_multi_adapter(case, device, make_peft_model, case_audit, check_budget):
     case_audit.expect(
         _differs("eval logits under 'default' and 'other'", logits["eval-default-1"], logits["eval-other-1"])
     )
-    check_budget(case_audit)
 
 
 # --------------------------------------------------------------------------------------------- disable-adapter
 
 
 @pytest.mark.scenario("disable-adapter")
-def test_disable_adapter(case, device, make_peft_model, case_audit, check_budget):
+def test_disable_adapter(case, device, make_peft_model, case_audit):
     """Compiled inference inside disable_adapter() equals the unwrapped base model; entering it again compiles
     nothing."""
     model = _randomized_model(make_peft_model, case).eval()
@@ -140,14 +139,13 @@ def test_disable_adapter(case, device, make_peft_model, case_audit, check_budget
             actual = _logits(compiled, batch)
         case_audit.expect(compare_tensors(f"[{name}] compiled vs base-model logits", base_logits, actual, **tolerance))
     case_audit.steady_state_after("disabled-1")
-    check_budget(case_audit)
 
 
 # ----------------------------------------------------------------------------------------------- merge-unmerge
 
 
 @pytest.mark.scenario("merge-unmerge")
-def test_merge_unmerge(case, device, make_peft_model, case_audit, check_budget):
+def test_merge_unmerge(case, device, make_peft_model, case_audit):
     """merge_adapter() / unmerge_adapter() around compiled inference: the same outputs; the second round compiles
     nothing."""
     model = _randomized_model(make_peft_model, case).eval()
@@ -173,7 +171,6 @@ def test_merge_unmerge(case, device, make_peft_model, case_audit, check_budget):
             compare_tensors(f"[{name}] after unmerge vs before merge logits", expected, actual, **merge_tolerance)
         )
     case_audit.steady_state_after("unmerged-2")
-    check_budget(case_audit)
 
 
 # ------------------------------------------------------------------------------------------------- mixed-batch
@@ -186,7 +183,7 @@ MIXES = {
 
 
 @pytest.mark.scenario("mixed-batch")
-def test_mixed_batch(case, device, make_peft_model, case_audit, check_budget):
+def test_mixed_batch(case, device, make_peft_model, case_audit):
     """adapter_names mixing the base and two adapters in one batch: each row equals that adapter's own run."""
     model = _randomized_model(make_peft_model, case, two_adapters=True).eval()
     tolerance = TOLERANCES[case.tier]
@@ -211,7 +208,6 @@ def test_mixed_batch(case, device, make_peft_model, case_audit, check_budget):
             compare_tensors(f"[{name}] mixed-batch rows vs per-adapter runs", expected, actual, **tolerance)
         )
     case_audit.steady_state_after("mix-2")
-    check_budget(case_audit)
 
 
 # ----------------------------------------------------------------------------------------------------- hotswap
@@ -231,7 +227,7 @@ def _hotswap_run(model, compiled, audit, batch, paths, plan, device):
 
 
 @pytest.mark.scenario("hotswap")
-def test_hotswap(case, device, make_peft_model, case_audit, check_budget, tmp_path):
+def test_hotswap(case, device, make_peft_model, case_audit, tmp_path):
     """Hot-swap LoRA adapters of different ranks into a compiled model prepared for it: zero recompiles, each
     adapter's own outputs. Without prepare_model_for_compiled_hotswap the same swap recompiles (contingency)."""
     if hotswap_adapter is None:
@@ -269,14 +265,13 @@ def test_hotswap(case, device, make_peft_model, case_audit, check_budget, tmp_pa
         what = f"[{name}] hot-swapped compiled vs {adapter} adapter's eager logits"
         case_audit.expect(compare_tensors(what, expected[adapter], outputs[name], **tolerance))
     case_audit.steady_state_after("small-1")
-    check_budget(case_audit)
 
 
 # -------------------------------------------------------------------------------------- gradient-checkpointing
 
 
 @pytest.mark.scenario("gradient-checkpointing")
-def test_gradient_checkpointing(case, device, make_peft_model, case_audit, check_budget):
+def test_gradient_checkpointing(case, device, make_peft_model, case_audit):
     """Training with gradient checkpointing (non-reentrant) and adapter dropout 0.1 (peft#3020): losses equal eager."""
     dropout = 0.0 if case.tier == "cuda" else 0.1
     model, eager = make_peft_model(dropout=dropout), make_peft_model(dropout=dropout)
@@ -297,7 +292,6 @@ def test_gradient_checkpointing(case, device, make_peft_model, case_audit, check
         eager_losses.append(train_step(eager, eager_optimizer, batch))
     case_audit.steady_state_after("train-2")
     case_audit.expect(compare_losses(eager_losses, losses, **tolerance))
-    check_budget(case_audit)
 
 
 # ---------------------------------------------------------------------------------------------------- generate
@@ -306,7 +300,7 @@ GENERATE = {"do_sample": False, "max_new_tokens": 4, "use_cache": True}
 
 
 @pytest.mark.scenario("generate")
-def test_generate(case, device, make_peft_model, case_audit, check_budget):
+def test_generate(case, device, make_peft_model, case_audit):
     """Greedy generate() with the transformers model's forward compiled: prompt A, A again (compiles nothing),
     prompt B of another length (budgeted); tokens equal eager generation."""
     model = _randomized_model(make_peft_model, case).eval()
@@ -326,7 +320,6 @@ def test_generate(case, device, make_peft_model, case_audit, check_budget):
         case_audit.expect(
             compare_tensors(f"[{name}] compiled vs eager tokens", expected[prompt], tokens, rtol=0, atol=0)
         )
-    check_budget(case_audit)
 
 
 # ----------------------------------------------------------------------------------------------- dynamic-modes
@@ -340,7 +333,7 @@ LENGTHS = (8, 12, 16)
 
 
 @pytest.mark.scenario("dynamic-modes")
-def test_dynamic_modes(case, device, make_peft_model, case_audit, check_budget):
+def test_dynamic_modes(case, device, make_peft_model, case_audit):
     """Default automatic dynamic shapes (dynamic=None): the second length recompiles once to mark the length
     dynamic, the third compiles nothing. dynamic=True (a second, plain audit): nothing compiles after the first
     length."""
@@ -372,4 +365,3 @@ def test_dynamic_modes(case, device, make_peft_model, case_audit, check_budget):
             f"dynamic=True compiled {compiled_later} frame(s) after the first length (lengths {LENGTHS}): "
             + ("; ".join(later) or "new frames, no recompile")
         )
-    check_budget(case_audit)

@@ -11,6 +11,7 @@ import torch
 
 from compile_audit.budgets import AUTO_NOTE_PREFIX, Budget, BudgetFile, BudgetFileError, Observed, compare
 from compile_audit.case import CaseAudit
+from compile_audit.verdict import Kind
 from tests.selftest import toys
 
 pytestmark = pytest.mark.selftest
@@ -91,12 +92,14 @@ def test_malformed_file_stops_the_session_with_a_clear_error(tmp_path):
 def test_beaten_budget_asks_to_tighten():
     audit = CaseAudit("toy/clean/forward", Budget(graph_breaks=2, note="was 2", line=7, recorded=True))
     audit.graph_breaks(toys.Clean(), torch.randn(2, 4), call="forward")
-    failures, warnings = audit.failures(budget_file="tests/compile_budgets.toml")
-    assert warnings == []
-    assert len(failures) == 1 and failures[0].startswith("tighten the budget (tests/compile_budgets.toml:7)")
-    assert "graph breaks: 0 < budget 2" in failures[0]
-    failures, warnings = audit.failures(strict_ratchet=False)  # other versions than the file records
-    assert failures == [] and "tighten the budget" in warnings[0]
+    verdict = audit.verdict(where="tests/compile_budgets.toml:7")
+    assert verdict.status == "failed" and verdict.warnings == ()
+    (problem,) = verdict.problems
+    assert problem.kind is Kind.TIGHTEN
+    assert problem.text.startswith("tighten the budget (tests/compile_budgets.toml:7)")
+    assert "graph breaks: 0 < budget 2" in problem.text
+    verdict = audit.verdict(strict_ratchet=False)  # other versions than the file records
+    assert verdict.status == "passed" and "tighten the budget" in verdict.warnings[0]
 
 
 def test_compare_over_and_under():
@@ -107,7 +110,8 @@ def test_compare_over_and_under():
 
 def test_record_keeps_hand_written_notes_and_regenerates_automatic_ones(tmp_path):
     budgets = BudgetFile.load(_write(tmp_path, GOOD))
-    budgets.record("llama-tiny/loha/train-eval-train", Observed(6, 1, 0), auto_note="new reason")
+    budgets.record("llama-tiny/loha/train-eval-train", Observed(6, 1, 0, ("a.py in f: print",)), auto_note="new reason")
+    assert budgets.entries["llama-tiny/loha/train-eval-train"].break_signatures == ("a.py in f: print",)
     assert budgets.entries["llama-tiny/loha/train-eval-train"].note == "LoHa: data-dependent branching"
     budgets.record("new/case/x", Observed(1, 0, 0), auto_note="print (a.py:1)")
     assert budgets.entries["new/case/x"].note == AUTO_NOTE_PREFIX + "print (a.py:1)"
@@ -127,11 +131,21 @@ def test_known_failure_is_expected_while_failing_and_fails_once_it_passes():
     known = Budget(known_failure="recompiles on every call", line=3, recorded=True)
     breaking = CaseAudit("toy/branch/forward", known)
     breaking.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
-    verdict, message = breaking.outcome(breaking.failures()[0])
-    assert verdict == "xfail" and "known failure (recompiles on every call)" in message
+    verdict = breaking.verdict()
+    assert verdict.status == "xfailed" and "known failure (recompiles on every call)" in verdict.message
     fixed = CaseAudit("toy/clean/forward", known)
     fixed.graph_breaks(toys.Clean(), torch.randn(2, 4), call="forward")
-    verdict, message = fixed.outcome(fixed.failures()[0], budget_file="tests/compile_budgets.toml")
-    assert verdict == "fail"
-    assert "passes now, but tests/compile_budgets.toml:3 records it as a known failure" in message
-    assert CaseAudit("toy/clean/forward", Budget()).outcome([]) == ("pass", "")
+    verdict = fixed.verdict(where="tests/compile_budgets.toml:3")
+    assert verdict.status == "failed"
+    assert "passes now, but tests/compile_budgets.toml:3 records it as a known failure" in verdict.message
+    assert CaseAudit("toy/clean/forward", Budget()).verdict().status == "passed"
+
+
+def test_update_mode_fails_only_on_what_a_budget_cannot_hold():
+    """--update-budgets: over budget is not a failure (the budget is being rewritten), a failed check still is."""
+    audit = CaseAudit("toy/branch/forward", Budget())
+    audit.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
+    assert audit.verdict(updating=True).status == "passed"
+    audit.expect("compiled vs eager logits differ")
+    verdict = audit.verdict(updating=True)
+    assert verdict.status == "failed" and [p.kind for p in verdict.problems] == [Kind.CHECK]

@@ -8,6 +8,7 @@ import torch
 from compile_audit.budgets import Budget
 from compile_audit.case import CaseAudit
 from compile_audit.graph_breaks import find_graph_breaks, one_line_reason
+from compile_audit.verdict import Kind
 from tests.selftest import toys
 
 pytestmark = pytest.mark.selftest
@@ -37,18 +38,53 @@ def test_clean_module_has_no_break():
 def test_over_budget_message_names_reason_and_location():
     audit = CaseAudit("toy/branch/forward", Budget())
     audit.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
-    failures, _ = audit.failures()
-    message = audit.failure_message(failures)
+    verdict = audit.verdict()
+    assert verdict.status == "failed" and [p.kind for p in verdict.problems] == [Kind.OVER_BUDGET]
+    message = verdict.message
     assert "toy/branch/forward: graph breaks 1/0" in message
     assert "graph breaks: 1 > budget 0" in message
     assert toys.planted_line("branch") in message
     assert "if y.sum() > 0:" in message
 
 
+def _branch_signature() -> str:
+    (brk,) = find_graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward").breaks
+    return brk.signature
+
+
 def test_break_within_budget_passes():
-    audit = CaseAudit("toy/branch/forward", Budget(graph_breaks=1, note="planted", recorded=True))
+    budget = Budget(graph_breaks=1, note="planted", recorded=True, break_signatures=(_branch_signature(),))
+    audit = CaseAudit("toy/branch/forward", budget)
     audit.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
-    assert audit.failures() == ([], [])
+    assert audit.verdict().status == "passed"
+
+
+def test_signature_names_file_function_and_reason_kind_without_the_line():
+    signature = _branch_signature()
+    assert signature == "tests/selftest/toys.py in forward: Data-dependent branching", signature
+
+
+def test_new_break_within_the_count_fails_with_its_location():
+    """A new break that replaces an allowed one keeps the count, and still fails: identity, not only counts."""
+    budget = Budget(graph_breaks=1, note="planted", recorded=True, break_signatures=("peft/x.py in f: print",))
+    audit = CaseAudit("toy/branch/forward", budget)
+    audit.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
+    verdict = audit.verdict(where="budgets.toml:3")
+    assert verdict.status == "failed"
+    kinds = [p.kind for p in verdict.problems]
+    assert kinds == [Kind.NEW_SIGNATURE, Kind.TIGHTEN], kinds  # the allowed one vanished: tighten too
+    assert "not in the budget (budgets.toml:3)" in verdict.message
+    assert f"new graph break {_branch_signature()!r} at {toys.planted_line('branch')}" in verdict.message
+    assert "Data-dependent branching" in verdict.message
+
+
+def test_vanished_signature_asks_to_tighten():
+    budget = Budget(graph_breaks=0, recorded=True, break_signatures=("peft/x.py in f: print",), note="x")
+    audit = CaseAudit("toy/clean/forward", budget)
+    audit.graph_breaks(toys.Clean(), torch.randn(2, 4), call="forward")
+    verdict = audit.verdict()
+    assert [p.kind for p in verdict.problems] == [Kind.TIGHTEN]
+    assert "graph break 'peft/x.py in f: print' is gone" in verdict.message
 
 
 def test_one_line_reason_keeps_headline_and_explanation():

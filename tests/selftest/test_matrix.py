@@ -102,11 +102,27 @@ def test_header_legend_and_summary(tmp_path, capsys):
     assert summary["llama-tiny · cpu / eager"] == [
         "5",
         "3",
-        "1",
         "0",
         "1",
         "0",
-    ]  # cases, passed, failed, error, skipped, known failures
+        "1",
+        "0",
+    ]  # cases, clean, within budget, failed, error, skipped, known failures
+
+
+def test_clean_is_told_from_within_budget(tmp_path, capsys):
+    budgeted = fake.case(
+        "llama-tiny/lora-dora/train-eval-train",
+        breaks=[fake.brk("peft/utils/integrations.py:90", "Unsupported method call", occurrences=7)],
+        break_budget=7,
+    )
+    _render(tmp_path, [*_cases(), budgeted])
+    out = capsys.readouterr().out
+    _, rows = _table(out, "llama-tiny · cpu / eager")
+    assert rows["lora-dora"][-1] == "☑️ 7 / 0"
+    assert rows["lora"][-1] == "✅ 0 / 1"
+    _, summary = _table(out, "Summary")
+    assert summary["llama-tiny · cpu / eager"][:3] == ["6", "3", "1"]
 
 
 def test_output_is_deterministic_and_written_where_asked(tmp_path, capsys):

@@ -10,7 +10,6 @@ import torch
 
 from compile_audit.memory import MemorySample, MemorySampler, format_bytes, summarize_memory
 from compile_audit.timing import StepTimer, percentile, summarize_times, synchronize
-from tests.plugins.gpu_tier import merge_benchmarks
 
 pytestmark = pytest.mark.selftest
 
@@ -102,14 +101,6 @@ def test_cpu_sampler_records_nothing_and_timer_times():
     assert timer.time(lambda x: x + 1, 1) == 2
     synchronize("cpu")
     assert len(timer.samples) == 1 and timer.samples[0] >= 0
-
-
-def test_benchmarks_merge_into_the_report_record_of_the_same_case():
-    report = {"cases": [{"id": "a", "benchmarks": {"old": 1}}, {"id": "b"}]}
-    merged = merge_benchmarks(report, {"a": {"speedup": 1.5}, "c": {"speedup": 2.0}})
-    assert merged == ["a"]
-    assert report["cases"][0]["benchmarks"] == {"old": 1, "speedup": 1.5}
-    assert "benchmarks" not in report["cases"][1]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA sampler needs a GPU")

@@ -8,6 +8,7 @@ import torch
 from compile_audit.budgets import Budget
 from compile_audit.case import CaseAudit
 from compile_audit.guards import parse_guard_failure
+from compile_audit.verdict import Kind
 from tests.selftest import toys
 
 pytestmark = pytest.mark.selftest
@@ -29,7 +30,7 @@ def test_train_eval_switch_is_one_expected_recompile():
     _run(audit, toys.Clean(), TRAIN_EVAL_TRAIN, dynamic=True)
     audit.steady_state_after("train-2")
     assert [r.expected for r in audit.result.recompiles] == [True]
-    assert audit.failures() == ([], [])
+    assert audit.verdict().status == "passed"
 
 
 def test_python_attribute_changed_in_forward_recompiles_unexpectedly():
@@ -38,7 +39,7 @@ def test_python_attribute_changed_in_forward_recompiles_unexpectedly():
     recompiles = audit.result.unexpected_recompiles
     assert len(recompiles) == 2
     assert "calls" in recompiles[0].reason
-    message = audit.failure_message(audit.failures()[0])
+    message = audit.verdict().message
     assert "unexpected recompiles: 2 > budget 0" in message
     assert "UNEXPECTED" in message and "[train-1]" in message and "calls" in message
     assert "toys.py" in message  # the recompiled frame: forward at tests/selftest/toys.py:<line>
@@ -50,15 +51,14 @@ def test_shape_change_with_dynamic_off_recompiles_with_size_reason():
     (recompile,) = audit.result.recompiles
     assert not recompile.expected
     assert "size" in recompile.reason.lower()
-    assert "unexpected recompiles: 1 > budget 0" in audit.failure_message(audit.failures()[0])
+    assert "unexpected recompiles: 1 > budget 0" in audit.verdict().message
 
 
 def test_steady_state_violation_is_reported_with_phase_and_reason():
     audit = CaseAudit("toy/counter/steady", Budget(unexpected_recompiles=5, recompiles=5, note="x", recorded=True))
     _run(audit, toys.CountsCalls(), TRAIN_EVAL_TRAIN, dynamic=True)
     audit.steady_state_after("train-2")
-    failures, _ = audit.failures()
-    steady = [f for f in failures if f.startswith("steady state")]
+    steady = [p.text for p in audit.verdict().problems if p.kind is Kind.STEADY_STATE]
     assert steady and "[eval-2]" in steady[0] and "calls" in steady[0]
 
 
@@ -87,4 +87,4 @@ def test_a_phase_can_expect_a_named_guard_failure():
     with audit.phase("dynamic", "train"):
         compiled(torch.randn(5, 4))
     assert [(r.phase, r.expected) for r in audit.result.recompiles] == [("mark-dynamic", True)]
-    assert audit.failures() == ([], [])
+    assert audit.verdict().status == "passed"

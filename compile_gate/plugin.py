@@ -1,0 +1,180 @@
+"""The compile gate as a pytest plugin (entry point ``pytest11``): options, hooks, fixtures.
+
+A zoo provides a ``case`` fixture (an object with ``id``, ``tier``, ``backend`` and, optionally,
+``report_fields()``) and, in its conftest, the hooks of :mod:`compile_gate.hookspecs`. A test that uses the
+``case_audit`` fixture is judged against its budget when its body returns; one verdict, from
+:func:`compile_audit.verdict.judge`.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from compile_audit.budgets import BudgetFile, BudgetFileError
+from compile_audit.case import CaseAudit
+from compile_audit.notes import auto_note
+from compile_audit.report import summary_table
+from compile_audit.verdict import observed
+from compile_gate import hookspecs
+from compile_gate.session import BENCHMARKS, PROPOSAL, RECORD, GateSession, json_safe
+
+SESSION = pytest.StashKey[GateSession]()
+AUDIT = pytest.StashKey[CaseAudit]()
+DEFAULT_BUDGETS = "tests/compile_budgets.toml"
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("compile gate")
+    group.addoption("--budgets", metavar="PATH", help="budgets file (TOML); default: the compile_budgets ini value")
+    group.addoption("--update-budgets", action="store_true", help="rewrite the budgets file from this run")
+    group.addoption("--compile-report", metavar="PATH", help="write every case's audit as JSON to PATH")
+    parser.addini("compile_budgets", "budgets file, relative to the rootdir", default=DEFAULT_BUDGETS)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_compile_gate_versions(config: pytest.Config) -> dict[str, str]:
+    return {"python": platform.python_version(), "torch": torch.__version__}
+
+
+def gate_session(config: pytest.Config) -> GateSession:
+    return config.stash[SESSION]
+
+
+def _budgets_path(config: pytest.Config) -> Path:
+    given = config.getoption("--budgets")
+    if given:
+        return Path(given).absolute()
+    return config.rootpath / config.getini("compile_budgets")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    updating = config.getoption("--update-budgets")
+    path = _budgets_path(config)
+    if not path.exists() and not updating:
+        raise pytest.UsageError(f"budgets file {path} does not exist (--update-budgets creates it)")
+    try:
+        budget_file = BudgetFile.load(path, missing_ok=True)
+    except BudgetFileError as error:
+        raise pytest.UsageError(f"malformed budgets file: {error}") from None
+    report = config.getoption("--compile-report")
+    session = GateSession(
+        budget_file=budget_file,
+        rootpath=config.rootpath,
+        updating=updating,
+        report_path=Path(report).absolute() if report else None,
+        versions=config.hook.pytest_compile_gate_versions(config=config),
+    )
+    config.stash[SESSION] = session
+    if not _is_worker(config):  # under xdist the controller collects, judges nothing, and finishes
+        config.pluginmanager.register(SessionHooks(session), "compile_gate_session")
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Judge the case's audit when the test body has returned (a body that raised has failed already)."""
+    result = yield
+    audit = item.stash.get(AUDIT, None)
+    if audit is not None:
+        _judge(item, audit)
+    return result
+
+
+def _judge(item: pytest.Item, audit: CaseAudit) -> None:
+    session = gate_session(item.config)
+    case = item.funcargs["case"]
+    verdict = audit.verdict(
+        where=session.where(audit.case_id),
+        strict_ratchet=session.strict_ratchet(case.tier),
+        updating=session.updating,
+    )
+    for warning in verdict.warnings:
+        item.warn(pytest.PytestWarning(f"{audit.case_id}: {warning}"))
+    if session.updating and audit.result.audited and verdict.feeds_budget:
+        proposal = session.budget_file.proposal(audit.case_id, observed(audit.result), auto_note(audit.result))
+        item.user_properties.append((PROPOSAL, (audit.case_id, proposal.to_dict())))
+    if verdict.status == "xfailed":
+        pytest.xfail(verdict.message)
+    if verdict.status == "failed":
+        pytest.fail(verdict.message, pytrace=False)
+
+
+def report_fields(case: Any) -> dict[str, Any]:
+    """The case's identity in the report: ``case.report_fields()`` or, from an id ``model/method/scenario``."""
+    if hasattr(case, "report_fields"):
+        return {"id": case.id, **case.report_fields()}
+    model, method, scenario = ([*case.id.split("@")[0].split("/", 2), "?", "?"])[:3]
+    return {"id": case.id, "model": model, "method": method, "scenario": scenario, "tier": case.tier}
+
+
+@pytest.fixture
+def case_audit(request: pytest.FixtureRequest, case: Any):
+    """A CaseAudit for the case; judged when the test body returns; its record goes into the report."""
+    session = gate_session(request.config)
+    audit = CaseAudit(case.id, session.budget_file.budget_for(case.id), backend=case.backend)
+    request.node.stash[AUDIT] = audit
+    torch.manual_seed(0)
+    started = time.perf_counter()
+    yield audit
+    record = {
+        **report_fields(case),
+        "audited": audit.result.audited,
+        "wall_seconds": round(time.perf_counter() - started, 2),
+        **_with_budget(audit),
+        "benchmarks": {},
+    }
+    request.node.user_properties.append((RECORD, record))
+
+
+def _with_budget(audit: CaseAudit) -> dict[str, Any]:
+    data = audit.result.to_dict()
+    data["graph_breaks"]["budget"] = audit.budget.graph_breaks
+    data["recompiles"]["budget"] = audit.budget.recompiles
+    data["recompiles"]["unexpected_budget"] = audit.budget.unexpected_recompiles
+    return data
+
+
+@pytest.fixture
+def record_compile_benchmarks(request: pytest.FixtureRequest):
+    """``record(case, figures)``: measured figures (never asserted) for the report's record of ``case``."""
+
+    def record(case: Any, figures: dict[str, Any]) -> None:
+        payload = {"fields": report_fields(case), "figures": json_safe(figures)}
+        request.node.user_properties.append((BENCHMARKS, payload))
+
+    return record
+
+
+class SessionHooks:
+    """The hooks of the process that finishes the session (no xdist, or xdist's controller)."""
+
+    def __init__(self, session: GateSession) -> None:
+        self.session = session
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.session.ingest(report)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        config = session.config
+        self.session.finish(config.hook.pytest_compile_gate_case_ids(config=config))
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.session.cases:
+            terminalreporter.section("compile gate: cases")
+            for line in summary_table(self.session.cases):
+                terminalreporter.write_line(line)
+        for line in self.session.lines:
+            terminalreporter.write_line(line)

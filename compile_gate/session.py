@@ -1,0 +1,126 @@
+"""The gate's state for one pytest session: records, outcomes, benchmark figures and budget proposals, all
+in memory; :meth:`GateSession.finish` writes the budgets file and the report, each once.
+
+Under xdist every item runs on a worker; what the controller needs travels as ``user_properties`` of the
+test reports (plain data), and only the controller finishes the session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from compile_audit.budgets import Budget, BudgetFile
+from compile_audit.report import build_report, write_report
+from compile_audit.versions import gated
+
+RECORD = "compile_gate_case"  # user_properties keys
+BENCHMARKS = "compile_gate_benchmarks"
+PROPOSAL = "compile_gate_budget"
+
+
+@dataclasses.dataclass
+class GateSession:
+    budget_file: BudgetFile
+    rootpath: Path
+    updating: bool = False
+    report_path: Path | None = None
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    records: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by node id
+    outcomes: dict[str, tuple[str, str | None]] = dataclasses.field(default_factory=dict)  # by node id
+    benchmarks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by case id
+    proposals: dict[str, Budget] = dataclasses.field(default_factory=dict)  # by case id
+    lines: list[str] = dataclasses.field(default_factory=list)  # the end-of-run notes
+    cases: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # set by finish()
+
+    # ------------------------------------------------------------------ while running
+
+    def where(self, case_id: str) -> str:
+        return self.budget_file.where(case_id, relative_to=self.rootpath)
+
+    def strict_ratchet(self, tier: str) -> bool:
+        """The ratchet fails only on the versions the budgets were recorded with; elsewhere it warns."""
+        return self.budget_file.versions_match(tier, gated(self.versions))
+
+    def ingest(self, report: pytest.TestReport) -> None:
+        """Take what a test report carries: its outcome, and the record, figures or budget proposal it holds."""
+        if report.when == "call" or (report.when in ("setup", "teardown") and not report.passed):
+            status = report.outcome if report.when == "call" or report.skipped else "error"
+            if hasattr(report, "wasxfail"):
+                status = "xfailed"
+            previous = self.outcomes.get(report.nodeid)
+            if previous is None or previous[0] == "passed":
+                self.outcomes[report.nodeid] = (status, _message(report))
+        for name, value in report.user_properties:
+            if name == RECORD:
+                self.records[report.nodeid] = value
+            elif name == BENCHMARKS:
+                entry = self.benchmarks.setdefault(value["fields"]["id"], {"nodeid": report.nodeid, "figures": {}})
+                entry["fields"] = value["fields"]
+                entry["figures"].update(value["figures"])
+            elif name == PROPOSAL:
+                case_id, budget = value
+                self.proposals[case_id] = Budget.from_dict(budget)
+
+    # ------------------------------------------------------------------ at the end
+
+    def finish(self, known_case_ids: set[str] | None) -> list[dict[str, Any]]:
+        self.cases = self._cases()
+        stale = self.budget_file.stale(known_case_ids) if known_case_ids is not None else []
+        if self.updating:
+            self._update_budgets(stale)
+        elif stale:
+            self.lines.append(f"stale budget entries (no such case any more; --update-budgets removes them): {stale}")
+        if self.report_path is not None:
+            write_report(self.report_path, build_report(self.cases, self.versions))
+            self.lines.append(f"compile report written to {self.report_path}")
+        return self.cases
+
+    def _cases(self) -> list[dict[str, Any]]:
+        cases = {}
+        for nodeid, record in self.records.items():
+            status, message = self.outcomes.get(nodeid, ("error", "no outcome recorded"))
+            cases[record["id"]] = {**record, "status": status, "message": message}
+        for case_id, entry in self.benchmarks.items():
+            if case_id not in cases:  # a benchmark without an audited record of the same case
+                status, message = self.outcomes.get(entry["nodeid"], ("error", "no outcome recorded"))
+                cases[case_id] = {**entry["fields"], "audited": False, "status": status, "message": message}
+            cases[case_id]["benchmarks"] = {**(cases[case_id].get("benchmarks") or {}), **entry["figures"]}
+        return list(cases.values())
+
+    def _update_budgets(self, stale: list[str]) -> None:
+        tiers = {case["tier"] for case in self.cases if case["id"] in self.proposals and case.get("tier")}
+        self.budget_file.entries.update(self.proposals)
+        for tier in tiers:
+            self.budget_file.versions[tier] = gated(self.versions)
+        for case_id in stale:
+            del self.budget_file.entries[case_id]
+        self.budget_file.write()
+        self.lines.append(
+            f"budgets updated: {len(self.proposals)} case(s) written, {len(stale)} stale removed"
+            f" -> {self.budget_file.path}"
+        )
+        if stale:
+            self.lines.append(f"removed stale entries: {stale}")
+
+
+def json_safe(figures: dict[str, Any]) -> dict[str, Any]:
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in figures.items()}
+
+
+def _message(report: pytest.TestReport) -> str | None:
+    if report.passed:
+        return None
+    if hasattr(report, "wasxfail"):
+        return str(report.wasxfail)
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = report.longreprtext if crash is None or report.when == "call" else crash.message
+    # xdist prefixes the worker's platform line; the report wants the failure itself.
+    lines = [line for line in text.strip().splitlines() if not line.startswith("[gw")]
+    return "\n".join(lines).strip()

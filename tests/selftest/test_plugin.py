@@ -1,0 +1,147 @@
+"""The compile gate as a pytest plugin, used by a zoo that is not this one: two plain nn.Modules, no PEFT.
+
+Each test writes a small project (conftest, test file, budgets file) and runs pytest on it in process.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from compile_gate import session as gate_session
+
+pytestmark = pytest.mark.selftest
+pytest_plugins = ["pytester"]
+
+TOY_CONFTEST = """
+import dataclasses
+
+import pytest
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class ToyCase:
+    model: str
+    tier: str = "cpu"
+    backend: str = "eager"
+
+    @property
+    def id(self):
+        return f"{self.model}/plain/forward"
+
+
+class Clean(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2
+
+
+class Breaks(torch.nn.Module):
+    def forward(self, x):
+        y = torch.relu(x)
+        torch._dynamo.graph_break()
+        return y * 2
+
+
+MODELS = {"clean": Clean, "breaks": Breaks}
+
+
+def pytest_compile_gate_case_ids(config):
+    return {ToyCase(name).id for name in MODELS}
+
+
+def pytest_compile_gate_versions(config):
+    return {"torch": torch.__version__, "toyzoo": "1.0"}
+
+
+def pytest_generate_tests(metafunc):
+    if "case" in metafunc.fixturenames:
+        metafunc.parametrize("case", [ToyCase(name) for name in MODELS], ids=lambda c: c.id)
+
+
+@pytest.fixture
+def model(case):
+    return MODELS[case.model]()
+"""
+
+TOY_TEST = """
+import torch
+
+
+def test_forward(case, model, case_audit):
+    compiled = case_audit.compile(model)
+    with case_audit.phase("call-1", "eval"):
+        compiled(torch.ones(2, 3))
+    with case_audit.phase("call-2", "eval"):
+        compiled(torch.ones(2, 3))
+    case_audit.steady_state_after("call-1")
+"""
+
+BUDGETS = """
+[cases."breaks/plain/forward"]
+graph_breaks = 1
+unexpected_recompiles = 0
+note = "planted: torch._dynamo.graph_break()"
+break_signatures = ["conftest.py in forward: Call to `torch._dynamo.graph_break()`"]
+"""
+
+
+@pytest.fixture
+def toy_zoo(pytester: pytest.Pytester):
+    pytester.makeconftest(TOY_CONFTEST)
+    pytester.makepyfile(test_toy=TOY_TEST)
+    pytester.makefile(".toml", compile_budgets="")
+    pytester.makeini("[pytest]\ncompile_budgets = compile_budgets.toml\n")
+    return pytester
+
+
+def _report(pytester: pytest.Pytester) -> dict:
+    return json.loads((pytester.path / "report.json").read_text())
+
+
+def test_toy_zoo_gets_a_verdict_and_a_report(toy_zoo: pytest.Pytester):
+    result = toy_zoo.runpytest("--compile-report=report.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*breaks/plain/forward: graph breaks 1/0*", "*over budget*"])
+    cases = {case["id"]: case for case in _report(toy_zoo)["cases"]}
+    assert cases["clean/plain/forward"]["status"] == "passed"
+    assert cases["breaks/plain/forward"]["status"] == "failed"
+    assert cases["breaks/plain/forward"]["graph_breaks"]["count"] == 1
+    assert _report(toy_zoo)["versions"]["toyzoo"] == "1.0"
+
+
+def test_toy_zoo_budgets_record_and_hold(toy_zoo: pytest.Pytester):
+    result = toy_zoo.runpytest("--update-budgets", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    written = (toy_zoo.path / "compile_budgets.toml").read_text()
+    assert '[cases."breaks/plain/forward"]' in written and "graph_breaks = 1" in written
+    assert "conftest.py in forward: Call to `torch._dynamo.graph_break()`" in written
+    toy_zoo.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_toy_zoo_budget_file_with_the_entry_passes(toy_zoo: pytest.Pytester):
+    (toy_zoo.path / "compile_budgets.toml").write_text(BUDGETS)
+    toy_zoo.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+BENCHMARK_ONLY_TEST = """
+def test_benchmark(case, record_compile_benchmarks):
+    record_compile_benchmarks(case, {"compiled_step_ms": 1.5, "speedup": float("nan")})
+"""
+
+
+def test_benchmark_only_session_reaches_the_report_written_once(toy_zoo: pytest.Pytester, monkeypatch):
+    writes = []
+    real_write = gate_session.write_report
+    monkeypatch.setattr(
+        gate_session, "write_report", lambda path, report: (writes.append(path), real_write(path, report))
+    )
+    (toy_zoo.path / "test_toy.py").unlink()
+    toy_zoo.makepyfile(test_bench=BENCHMARK_ONLY_TEST)
+    result = toy_zoo.inline_run("--compile-report=report.json", "-p", "no:cacheprovider")
+    result.assertoutcome(passed=2)
+    assert len(writes) == 1
+    cases = {case["id"]: case for case in _report(toy_zoo)["cases"]}
+    assert cases["clean/plain/forward"]["benchmarks"] == {"compiled_step_ms": 1.5, "speedup": None}
+    assert cases["clean/plain/forward"]["audited"] is False and cases["clean/plain/forward"]["status"] == "passed"

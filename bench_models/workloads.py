@@ -56,10 +56,13 @@ def _rank_allocator(model):
     return getattr(tuner, "update_and_allocate", None)
 
 
-def train_step(model, optimizer, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def train_step(model, optimizer, batch: dict[str, torch.Tensor], on_gradients=None) -> torch.Tensor:
+    """One optimizer step; ``on_gradients()`` is called after the backward, while the gradients are there."""
     model.train()
     loss = model(**batch).loss
     loss.backward()
+    if on_gradients is not None:
+        on_gradients()
     optimizer.step()
     # AdaLoRA's rank allocation is part of its training loop per PEFT's docs (after step, before zero_grad: it
     # reads the grads). It is eager bookkeeping outside forward, so it stays here, uncompiled, even when `model`

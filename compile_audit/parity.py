@@ -49,3 +49,35 @@ def parameter_changes(
         elif moved:
             frozen_changed.append(name)
     return changed, unchanged, frozen_changed
+
+
+def gradients(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of every trainable parameter's gradient (a parameter without one maps to zeros)."""
+    return {
+        name: (p.grad.detach().float().clone() if p.grad is not None else torch.zeros_like(p, dtype=torch.float32))
+        for name, p in module.named_parameters()
+        if p.requires_grad
+    }
+
+
+def compare_gradients(
+    what: str, eager: dict[str, torch.Tensor], compiled: dict[str, torch.Tensor], *, rtol: float, atol: float
+) -> str | None:
+    """None when every gradient matches eager's; else each differing parameter with the ratio of the norms.
+
+    Optimizers like AdamW normalise the gradient's scale, so a compiled gradient off by a constant factor
+    leaves losses and parameter moves equal to eager's: only the gradients themselves show it.
+    """
+    differing = []
+    for name, expected in eager.items():
+        actual = compiled.get(name)
+        if actual is None:
+            differing.append(f"{name} (no gradient under compile)")
+        elif not torch.allclose(actual.cpu(), expected.cpu(), rtol=rtol, atol=atol):
+            eager_norm, compiled_norm = expected.norm().item(), actual.norm().item()
+            ratio = f"{compiled_norm / eager_norm:.4g}" if eager_norm > 0 else "inf (eager gradient is zero)"
+            differing.append(f"{name} (norm compiled/eager = {ratio})")
+    if not differing:
+        return None
+    shown = ", ".join(differing[:5]) + (f" and {len(differing) - 5} more" if len(differing) > 5 else "")
+    return f"{what}: {len(differing)} gradient(s) differ from eager: {shown}"

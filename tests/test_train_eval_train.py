@@ -1,8 +1,8 @@
 """Scenario train-eval-train: the MetaMathQA loop (train, evaluate, train again) under torch.compile.
 
 Per case, from one compiled run: graph breaks and recompiles within budget, none unexpected; the
-second train/eval cycle compiles nothing; losses equal eager; dropout is really off in eval;
-training moved every trainable adapter weight and no frozen one.
+second train/eval cycle compiles nothing; losses and every trainable gradient equal eager; dropout is
+really off in eval; training moved every trainable adapter weight and no frozen one.
 """
 
 from __future__ import annotations
@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from bench_models import eval_step, make_batch, make_optimizer, train_step
-from compile_audit.parity import compare_losses, compare_tensors, parameter_changes, snapshot_parameters
+from compile_audit.parity import (
+    compare_gradients,
+    compare_losses,
+    compare_tensors,
+    gradients,
+    parameter_changes,
+    snapshot_parameters,
+)
 from tests.cases import TOLERANCES
 
 # (phase, kind, sequence length): three lengths so dynamic shapes are exercised before the
@@ -26,6 +33,10 @@ PLAN = [
     ("train-5", "train", 12),
 ]
 FIRST_CYCLE_ENDS = "train-4"
+
+
+def _keep_gradients(model, into: dict):
+    return lambda: into.update(gradients(model))
 
 
 @pytest.mark.scenario("train-eval-train")
@@ -46,11 +57,18 @@ def test_train_eval_train(case, device, make_peft_model, case_audit):
     for step, (name, kind, _) in enumerate(PLAN):
         batch = batches[name]
         if kind == "train":
+            compiled_grads, eager_grads = {}, {}
             torch.manual_seed(step)
             with case_audit.phase(name, kind):
-                compiled_losses.append(train_step(compiled, optimizer, batch))
+                compiled_losses.append(
+                    train_step(compiled, optimizer, batch, on_gradients=_keep_gradients(model, compiled_grads))
+                )
             torch.manual_seed(step)
-            eager_losses.append(train_step(eager, eager_optimizer, batch))
+            eager_losses.append(
+                train_step(eager, eager_optimizer, batch, on_gradients=_keep_gradients(eager, eager_grads))
+            )
+            what = f"[{name}] compiled vs eager gradients"
+            case_audit.expect(compare_gradients(what, eager_grads, compiled_grads, **tolerance))
         else:
             with case_audit.phase(name, kind):
                 first, second = eval_step(compiled, batch), eval_step(compiled, batch)

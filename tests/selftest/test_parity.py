@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compile_audit.parity import compare_losses, compare_tensors, parameter_changes, snapshot_parameters
+from compile_audit.parity import (
+    compare_gradients,
+    compare_losses,
+    compare_tensors,
+    gradients,
+    parameter_changes,
+    snapshot_parameters,
+)
 from tests.selftest import toys
 
 pytestmark = pytest.mark.selftest
@@ -46,3 +53,20 @@ def test_parameter_changes_sees_frozen_and_untouched_weights():
         module.linear.bias.add_(1.0)  # a frozen weight moves: must be reported
     changed, unchanged, frozen_changed = parameter_changes(before, module)
     assert changed == [] and unchanged == ["linear.weight"] and frozen_changed == ["linear.bias"]
+
+
+def test_scaled_gradient_with_equal_outputs_is_caught():
+    """AdamW hides a constant gradient scale from losses and parameter moves; the gradient check does not."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    eager, module = toys.ScalesGradientUnderCompile(), toys.ScalesGradientUnderCompile()
+    module.load_state_dict(eager.state_dict())
+    compiled = torch.compile(module, backend="eager")
+    x = torch.randn(2, 4)
+    assert compare_tensors("outputs", eager(x), compiled(x), rtol=1e-6, atol=1e-6) is None
+    eager(x).sum().backward()
+    compiled(x).sum().backward()
+    message = compare_gradients("toy gradients", gradients(eager), gradients(module), rtol=1e-4, atol=1e-5)
+    assert message is not None
+    assert "linear.weight (norm compiled/eager = 2)" in message and "linear.bias (norm compiled/eager = 2)" in message
+    assert compare_gradients("same", gradients(eager), gradients(eager), rtol=1e-4, atol=1e-5) is None

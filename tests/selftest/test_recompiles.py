@@ -88,3 +88,22 @@ def test_a_phase_can_expect_a_named_guard_failure():
         compiled(torch.randn(5, 4))
     assert [(r.phase, r.expected) for r in audit.result.recompiles] == [("mark-dynamic", True)]
     assert audit.verdict().status == "passed"
+
+
+def test_recompile_limit_hit_fails_whatever_the_budget_and_never_asks_to_tighten():
+    """Dynamo gives up on a frame at its recompile limit and runs it eagerly: counts collapse, the case fails."""
+    generous = Budget(graph_breaks=9, recompiles=99, unexpected_recompiles=99, note="generous", recorded=True)
+    audit = CaseAudit("toy/counter/limit", generous)
+    with torch._dynamo.config.patch(recompile_limit=2):
+        _run(audit, toys.CountsCalls(), [(f"train-{i}", "train", 2) for i in range(5)], dynamic=True)
+    (hit,) = audit.result.limit_hits
+    assert hit.phase == "train-2" and "forward at tests/selftest/toys.py" in hit.frame
+    assert hit.limit == "recompile_limit (2)" and "calls" in hit.last_guard
+    verdict = audit.verdict(updating=True)  # not even --update-budgets may record it
+    assert verdict.status == "failed" and not verdict.feeds_budget
+    assert [p.kind for p in verdict.problems] == [Kind.RECOMPILE_LIMIT]
+    assert "Dynamo hit its recompile limit on 1 frame(s)" in verdict.message
+    assert "[train-2] forward at tests/selftest/toys.py" in verdict.message
+    known = CaseAudit("toy/counter/limit", Budget(known_failure="recompiles until the limit", recorded=True))
+    known.result = audit.result
+    assert known.verdict().status == "xfailed"

@@ -68,3 +68,41 @@ class DivergesUnderCompile(Clean):
         if torch.compiler.is_compiling():
             y = y + 1e-2  # PLANTED:diverge
         return y
+
+
+class ScalesGradientUnderCompile(Clean):
+    """Same outputs compiled and eager, but compiled the gradient is doubled (value y, derivative 2)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        if torch.compiler.is_compiling():
+            y = 2 * y - y.detach()  # PLANTED:scaled-gradient
+        return y
+
+
+class Deep(nn.Module):
+    """``depth`` blocks; each block's forward is compiled separately when it carries a graph break."""
+
+    def __init__(self, depth: int, block: type[nn.Module]) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(block() for _ in range(depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+class LayerIndexed(Clean):
+    """Each instance specializes on its own Python index: one more recompile of the shared code per layer."""
+
+    instances = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        LayerIndexed.instances += 1
+        self.index = LayerIndexed.instances
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._dynamo.graph_break()  # PLANTED:per-layer
+        return self.linear(x) + self.index

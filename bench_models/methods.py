@@ -667,14 +667,16 @@ def build_peft_model(
     adapter_name: str = "default",
     rank: int | None = None,
     dropout: float | None = None,
+    num_layers: int | None = None,
 ):
-    """Base model + get_peft_model, seeded (the adapter init too), in train mode."""
+    """Base model (``num_layers`` overrides its depth) + get_peft_model, seeded (the adapter init too), in train
+    mode."""
     spec = get_spec(model_key)
     method = get_method(method_name)
     reason = skip_reason(model_key, method_name)
     if reason:
         raise ValueError(f"cannot build {method_name} on {model_key}: {reason}")
-    base = build_base_model(model_key, device=device, dtype=dtype, seed=seed)
+    base = build_base_model(model_key, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
     for attr, value in method.base_config_overrides.items():
         setattr(base.config, attr, value)
     config = method.make_config(spec, rank=rank, dropout=dropout)

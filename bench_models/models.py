@@ -247,20 +247,23 @@ def build_base_model(
     device: str | torch.device = "cpu",
     dtype: torch.dtype | None = None,
     seed: int = 0,
-    _via_meta: bool | None = None,
+    num_layers: int | None = None,
 ):
-    """A seeded random-init transformers model in train mode.
+    """A seeded random-init transformers model in train mode; ``num_layers`` overrides the config's depth.
 
     Full-size models are created on the meta device and materialized directly on `device` (no CPU copy), then
-    re-initialized under the seed. `_via_meta` forces that path (used to exercise it with tiny models on CPU).
+    re-initialized under the seed.
     """
     spec = get_spec(model_key)
     config = spec.hf_config()
+    if num_layers is not None:
+        config.num_hidden_layers = num_layers
+        if getattr(config, "layer_types", None) is not None:  # per-layer attention kinds (Qwen2): one per layer
+            config.layer_types = [config.layer_types[0]] * num_layers
     auto_cls = auto_model_class(spec)
     device = torch.device(device)
-    via_meta = spec.full_size if _via_meta is None else _via_meta
     torch.manual_seed(seed)
-    if via_meta:
+    if spec.full_size:
         with torch.device("meta"):
             model = auto_cls.from_config(config, attn_implementation=spec.attn_implementation, dtype=dtype)
         model.to_empty(device=device)

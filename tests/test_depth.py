@@ -1,0 +1,76 @@
+"""Scenario depth: compile work must not grow with the number of layers.
+
+Real models repeat their decoder layer 16-36 times. A break inside a layer makes Dynamo compile each layer's
+frames on their own, and guards that differ between layers recompile the same code once per layer, until
+Dynamo's recompile limit (8) is hit and the frame runs eagerly from then on. One-layer models cannot show
+this; this scenario runs the same plan at one layer and at DEPTH layers and fails when the N-layer run
+compiles more frames or recompiles more often, or when Dynamo gives up (the gate's recompile-limit verdict).
+Growth a maintainer has explained is allowed by a hand-written note on the case's budget entry.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench_models import make_batch, make_optimizer, train_step
+from bench_models.workloads import eval_step
+from compile_audit.budgets import AUTO_NOTE_PREFIX
+from compile_audit.recompiles import PhaseAudit
+
+DEPTH = 4  # already shows DoRA's per-layer recompiles and its recompile-limit hit
+# (phase, kind, sequence length): two lengths before the first eval exercise dynamic shapes; the first
+# train -> eval -> train cycle ends at train-3, after which nothing may compile.
+PLAN = [
+    ("train-1", "train", 8),
+    ("train-2", "train", 12),
+    ("eval-1", "eval", 8),
+    ("train-3", "train", 8),
+    ("eval-2", "eval", 12),
+    ("train-4", "train", 12),
+]
+FIRST_CYCLE_ENDS = "train-3"
+
+
+def _run(audit, model, case, device) -> None:
+    compiled = audit.compile(model, dynamic=True)
+    optimizer = make_optimizer(model)
+    for step, (name, kind, length) in enumerate(PLAN):
+        batch = make_batch(case.model, case.method, seq_len=length, seed=step, device=device)
+        torch.manual_seed(step)
+        with audit.phase(name, kind):
+            if kind == "train":
+                train_step(compiled, optimizer, batch)
+            else:
+                eval_step(compiled, batch)
+
+
+def _growth_explained(budget) -> bool:
+    return bool(budget.recorded and budget.note and not budget.note.startswith(AUTO_NOTE_PREFIX))
+
+
+@pytest.mark.scenario("depth")
+def test_depth(case, device, make_peft_model, case_audit):
+    shallow = PhaseAudit(case.backend)
+    torch._dynamo.reset()
+    _run(shallow, make_peft_model(num_layers=1, **case.model_overrides), case, device)
+    shallow_frames = sum(p.frames_compiled for p in shallow.phases)
+
+    _run(case_audit, make_peft_model(num_layers=DEPTH, **case.model_overrides), case, device)
+    case_audit.steady_state_after(FIRST_CYCLE_ENDS)
+    deep = case_audit.result
+    grew = []
+    if deep.frames_compiled != shallow_frames:
+        grew.append(f"frames compiled {deep.frames_compiled} at {DEPTH} layers vs {shallow_frames} at 1 layer")
+    if len(deep.recompiles) != len(shallow.recompiles):
+        grew.append(f"recompiles {len(deep.recompiles)} at {DEPTH} layers vs {len(shallow.recompiles)} at 1 layer")
+    if grew and not _growth_explained(case_audit.budget):
+        first_new = next((r.describe() for r in deep.recompiles if r not in shallow.recompiles), None)
+        example = f"; e.g. {first_new}" if first_new else ""
+        case_audit.expect(
+            "compile work grows with depth (explain it in a hand-written note on the budget entry to allow it): "
+            + "; ".join(grew)
+            + example
+        )
+    for hit in shallow.limit_hits:
+        case_audit.expect(f"at 1 layer already: {hit.describe()}")

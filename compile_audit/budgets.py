@@ -105,6 +105,21 @@ def compare(observed: Observed, budget: Budget) -> CountComparison:
     return CountComparison(over=over, under=under)
 
 
+def _entry_blocks(text: str) -> dict[str, str]:
+    """Each entry's text as written (its table header up to the next table), for byte-exact rewrites."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if stripped.startswith("["):
+            current = None
+            if stripped.startswith("[cases."):
+                current = blocks.setdefault(stripped[len("[cases.") : -1].strip().strip("\"'"), [])
+        if current is not None:
+            current.append(raw)
+    return {case_id: "\n".join(lines).rstrip("\n ") for case_id, lines in blocks.items()}
+
+
 def _entry_lines(text: str) -> dict[str, int]:
     lines = {}
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -174,6 +189,8 @@ class BudgetFile:
     path: Path
     versions: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
     entries: dict[str, Budget] = dataclasses.field(default_factory=dict)
+    # The text of each entry as loaded: an entry this run did not record is written back unchanged, byte for byte.
+    written: dict[str, tuple[Budget, str]] = dataclasses.field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, path: str | Path, *, missing_ok: bool = False) -> BudgetFile:
@@ -201,7 +218,9 @@ class BudgetFile:
             case_id: _parse_entry(path, case_id, raw, lines.get(case_id))
             for case_id, raw in data.get("cases", {}).items()
         }
-        return cls(path=path, versions=versions, entries=entries)
+        blocks = _entry_blocks(text)
+        written = {case_id: (budget, blocks[case_id]) for case_id, budget in entries.items() if case_id in blocks}
+        return cls(path=path, versions=versions, entries=entries, written=written)
 
     def budget_for(self, case_id: str) -> Budget:
         return self.entries.get(case_id, Budget())
@@ -237,6 +256,10 @@ class BudgetFile:
             out.append("")
         for case_id in sorted(self.entries):
             budget = self.entries[case_id]
+            loaded = self.written.get(case_id)
+            if loaded is not None and loaded[0] == budget:
+                out += [loaded[1], ""]
+                continue
             out.append(f"[cases.{json.dumps(case_id)}]")
             out.append(f"graph_breaks = {budget.graph_breaks}")
             if budget.recompiles is not None:

@@ -1,6 +1,8 @@
 """The compile gate as a pytest plugin, used by a zoo that is not this one: two plain nn.Modules, no PEFT.
 
-Each test writes a small project (conftest, test file, budgets file) and runs pytest on it in process.
+Each test writes a small project (conftest, test file, budgets file) and runs pytest on it in a subprocess
+(pytester's in-process runs unload the torch modules a compile imported, and torch cannot import them twice);
+the benchmark-only session compiles nothing and runs in process, so the test can count the report writes.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def _report(pytester: pytest.Pytester) -> dict:
 
 
 def test_toy_zoo_gets_a_verdict_and_a_report(toy_zoo: pytest.Pytester):
-    result = toy_zoo.runpytest("--compile-report=report.json", "-p", "no:cacheprovider")
+    result = toy_zoo.runpytest_subprocess("--compile-report=report.json", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*breaks/plain/forward: graph breaks 1/0*", "*over budget*"])
     cases = {case["id"]: case for case in _report(toy_zoo)["cases"]}
@@ -112,17 +114,17 @@ def test_toy_zoo_gets_a_verdict_and_a_report(toy_zoo: pytest.Pytester):
 
 
 def test_toy_zoo_budgets_record_and_hold(toy_zoo: pytest.Pytester):
-    result = toy_zoo.runpytest("--update-budgets", "-p", "no:cacheprovider")
+    result = toy_zoo.runpytest_subprocess("--update-budgets", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     written = (toy_zoo.path / "compile_budgets.toml").read_text()
     assert '[cases."breaks/plain/forward"]' in written and "graph_breaks = 1" in written
     assert "conftest.py in forward: Call to `torch._dynamo.graph_break()`" in written
-    toy_zoo.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    toy_zoo.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
 def test_toy_zoo_budget_file_with_the_entry_passes(toy_zoo: pytest.Pytester):
     (toy_zoo.path / "compile_budgets.toml").write_text(BUDGETS)
-    toy_zoo.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=2)
+    toy_zoo.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
 
 
 BENCHMARK_ONLY_TEST = """
@@ -145,3 +147,21 @@ def test_benchmark_only_session_reaches_the_report_written_once(toy_zoo: pytest.
     cases = {case["id"]: case for case in _report(toy_zoo)["cases"]}
     assert cases["clean/plain/forward"]["benchmarks"] == {"compiled_step_ms": 1.5, "speedup": None}
     assert cases["clean/plain/forward"]["audited"] is False and cases["clean/plain/forward"]["status"] == "passed"
+
+
+HAND_WRITTEN = """# budgets of the toy zoo
+[cases."breaks/plain/forward"]
+graph_breaks   = 1   # aligned by hand
+note = "planted on purpose: see the conftest"
+break_signatures = ["conftest.py in forward: Call to `torch._dynamo.graph_break()`"]
+"""
+
+
+def test_partial_update_leaves_every_other_entry_byte_for_byte(toy_zoo: pytest.Pytester):
+    """--update-budgets -k clean rewrites only the clean case's entry; the hand-edited one stays as it was."""
+    (toy_zoo.path / "compile_budgets.toml").write_text(HAND_WRITTEN)
+    result = toy_zoo.runpytest_subprocess("--update-budgets", "-k", "clean", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, deselected=1)
+    written = (toy_zoo.path / "compile_budgets.toml").read_text()
+    assert HAND_WRITTEN.split("\n", 1)[1].rstrip("\n") in written
+    assert '[cases."clean/plain/forward"]' in written

@@ -1,0 +1,96 @@
+"""The budgets file holds hand-written notes nothing can regenerate: writes are atomic, a missing file is an
+error, options work in every form from any directory, a partial update leaves other entries alone."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compile_audit import files
+from compile_audit.budgets import Budget, BudgetFile
+from compile_audit.report import build_report, write_report
+
+pytestmark = pytest.mark.selftest
+REPO_ROOT = Path(__file__).resolve().parents[2]
+ORIGINAL = '[cases."a/b/c"]\ngraph_breaks = 1\nnote = "hand-written: upstream issue #1"\n'
+
+
+def _full_disk(*args):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_interrupted_budgets_write_leaves_the_old_file_intact(tmp_path, monkeypatch):
+    path = tmp_path / "budgets.toml"
+    path.write_text(ORIGINAL)
+    budgets = BudgetFile.load(path)
+    budgets.entries["x/y/z"] = Budget(recorded=True)
+    monkeypatch.setattr(files.os, "fsync", _full_disk)  # the disk fills up mid-write
+    with pytest.raises(OSError, match="No space left"):
+        budgets.write()
+    assert path.read_text() == ORIGINAL
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["budgets.toml"]  # no temporary file left behind
+
+
+def test_interrupted_report_write_leaves_the_old_report_intact(tmp_path, monkeypatch):
+    path = tmp_path / "report.json"
+    path.write_text("old report\n")
+    monkeypatch.setattr(files.os, "replace", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        write_report(path, build_report([], {}))
+    assert path.read_text() == "old report\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+
+
+def test_write_replaces_the_file_when_it_succeeds(tmp_path):
+    path = tmp_path / "budgets.toml"
+    path.write_text(ORIGINAL)
+    budgets = BudgetFile.load(path)
+    budgets.entries["x/y/z"] = Budget(recorded=True)
+    budgets.write()
+    assert set(BudgetFile.load(path).entries) == {"a/b/c", "x/y/z"}
+    assert os.stat(path).st_size > len(ORIGINAL)
+
+
+def _pytest(*args, cwd=REPO_ROOT):
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_missing_budgets_file_is_a_usage_error_naming_it(tmp_path):
+    missing = tmp_path / "none.toml"
+    result = _pytest("--budgets", str(missing), "--collect-only", "-q", "tests/selftest/test_parity.py")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR
+    assert f"budgets file {missing} does not exist (--update-budgets creates it)" in result.stderr
+
+
+def test_update_budgets_creates_a_missing_file(tmp_path):
+    created = tmp_path / "new.toml"
+    result = _pytest("--budgets", str(created), "--update-budgets", "-q", "tests/selftest/test_parity.py")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert BudgetFile.load(created).entries == {}
+
+
+@pytest.mark.parametrize("form", ["space", "equals"])
+def test_options_work_in_both_forms_from_another_directory(tmp_path, form):
+    budgets, report = tmp_path / "budgets.toml", tmp_path / "report.json"
+    budgets.write_text((REPO_ROOT / "tests" / "compile_budgets.toml").read_text())
+    options = {"--budgets": budgets, "--compile-report": report, "--cpu-backend": "eager"}
+    args = [
+        part
+        for name, value in options.items()
+        for part in ([name, str(value)] if form == "space" else [f"{name}={value}"])
+    ]
+    test_file = REPO_ROOT / "tests" / "selftest" / "test_parity.py"
+    result = _pytest(*args, "-q", str(test_file), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert report.is_file()

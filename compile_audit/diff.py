@@ -264,7 +264,10 @@ def _signature_change(base: dict[str, Any], head: dict[str, Any], details: list[
 
 
 def _limit_change(base: dict[str, Any], head: dict[str, Any], details: list[str]) -> Change | None:
-    """Frames on which Dynamo gave up (recompile limit) in head and not in base."""
+    """Frames on which Dynamo gave up (recompile limit) in head and not in base (a base report written before
+    hits were recorded has nothing to compare with)."""
+    if "limit_hits" not in section(base, "recompiles"):
+        return None
     base_frames = {normalize(str(hit.get("frame", ""))) for hit in recompile_limit_hits(base)}
     new = [hit for hit in recompile_limit_hits(head) if normalize(str(hit.get("frame", ""))) not in base_frames]
     for hit in new:

@@ -249,3 +249,38 @@ def test_runs_as_a_module_without_torch_and_writes_output(tmp_path):
     assert completed.returncode == 1, completed.stderr
     assert completed.stdout == ""
     assert f"**{LORA}**: status passed -> failed" in output.read_text()
+
+
+def test_nothing_audited_exits_2_even_against_itself(tmp_path, capsys):
+    """A GPU run on a machine without CUDA skips every case: comparing it would pass having checked nothing."""
+    skipped = [fake.case(GPU, "skipped", message="GPU tier: CUDA is not available on this machine")]
+    path = fake.write(tmp_path / "gpu.json", fake.report(skipped))
+    assert diff.main([str(path), str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: no case was audited (1 skipped): nothing to compare" in err
+    good = fake.write(tmp_path / "good.json", fake.report(fake.base_cases()))
+    assert diff.main([str(good), str(path)]) == 2
+
+
+def test_new_signature_within_the_same_count_is_a_regression(tmp_path, capsys):
+    """A new break that replaces an old one keeps the count; its signature still fails the diff."""
+    base_case = fake.case(LOHA, breaks=[fake.brk("peft/tuners/loha/layer.py:241", fake.LOHA_REASON)])
+    base_case["graph_breaks"]["signatures"] = ["peft/tuners/loha/layer.py in forward: Data-dependent branching"]
+    head_case = copy.deepcopy(base_case)
+    head_case["graph_breaks"]["signatures"] = ["peft/tuners/lora/layer.py in forward: Call to graph_break"]
+    code, out, _ = _run(tmp_path, [base_case], [head_case], capsys=capsys)
+    assert code == 1
+    assert f"**{LOHA}**: 1 new signature(s)" in out
+    assert "new graph break signature `peft/tuners/lora/layer.py in forward: Call to graph_break`" in out
+
+
+def test_new_recompile_limit_hit_is_a_regression(tmp_path, capsys):
+    base_case = fake.case(LORA)
+    base_case["recompiles"]["limit_hits"] = []
+    head_case = copy.deepcopy(base_case)
+    hit = {"phase": "eval-1", "frame": "wrapped_func at transformers/utils/deprecation.py:121"}
+    head_case["recompiles"]["limit_hits"] = [{**hit, "limit": "recompile_limit (8)", "last_guard": "10/7: not args"}]
+    code, out, _ = _run(tmp_path, [base_case], [head_case], capsys=capsys)
+    assert code == 1
+    assert "recompile limit hit on 1 new frame(s)" in out
+    assert "new recompile-limit hit in eval-1 of `wrapped_func at transformers/utils/deprecation.py:121`" in out

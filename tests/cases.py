@@ -12,12 +12,15 @@ SCENARIOS: dict[str, str | None] = {
     "train-eval-train": None,
     **{operation: operation for operation in OPERATIONS},
     "dynamic-modes": None,
+    "trainer": None,
 }
 # Lifecycle scenarios run LoRA by default, on one causal LM and the classifier (PEFT's two task code
 # paths), so that the CPU tier stays under 10 minutes on 2 cores; --full-matrix runs them on every tiny
 # architecture for every method supporting the operation.
 LIFECYCLE_DEFAULT_METHODS = ("lora",)
 LIFECYCLE_DEFAULT_MODELS = ("llama-tiny", "bert-tiny")
+# The trainer scenario runs these by default on the same two models.
+TRAINER_DEFAULT_METHODS = ("lora", "lora-dora", "ia3", "prompt-tuning")
 
 # Beyond llama-tiny (every method), each other architecture runs CORE_METHODS plus every method with
 # architecture-specific code; the whole product is behind --full-matrix. The GPU tier runs CORE_METHODS too
@@ -72,6 +75,8 @@ def _supports(method: str, scenario: str) -> bool:
 def _cpu_methods(model: str, scenario: str, full_matrix: bool) -> list[str]:
     if full_matrix:
         return list(METHODS)
+    if scenario == "trainer":
+        return [m for m in TRAINER_DEFAULT_METHODS if m in METHODS and model in LIFECYCLE_DEFAULT_MODELS]
     if scenario != "train-eval-train":
         return [m for m in LIFECYCLE_DEFAULT_METHODS if m in METHODS and model in LIFECYCLE_DEFAULT_MODELS]
     if model == DEFAULT_FULL_METHOD_MODEL:

@@ -13,6 +13,7 @@ SCENARIOS: dict[str, str | None] = {
     **{operation: operation for operation in OPERATIONS},
     "dynamic-modes": None,
     "depth": None,
+    "trainer": None,
 }
 # Lifecycle scenarios run LoRA by default, on one causal LM and the classifier (PEFT's two task code
 # paths), so that the CPU tier stays under 10 minutes on 2 cores; --full-matrix runs them on every tiny
@@ -21,6 +22,8 @@ LIFECYCLE_DEFAULT_METHODS = ("lora",)
 LIFECYCLE_DEFAULT_MODELS = ("llama-tiny", "bert-tiny")
 # Scenarios whose default run is CORE_METHODS on llama-tiny (every method and model with --full-matrix).
 CORE_ON_LLAMA_SCENARIOS = ("depth",)
+# The trainer scenario runs these by default on the same two models.
+TRAINER_DEFAULT_METHODS = ("lora", "lora-dora", "ia3", "prompt-tuning")
 
 # Beyond llama-tiny (every method), each other architecture runs CORE_METHODS plus every method with
 # architecture-specific code; the whole product is behind --full-matrix. The GPU tier runs CORE_METHODS too
@@ -77,6 +80,8 @@ def _cpu_methods(model: str, scenario: str, full_matrix: bool) -> list[str]:
         return list(METHODS)
     if scenario in CORE_ON_LLAMA_SCENARIOS:
         return list(CORE_METHODS) if model == DEFAULT_FULL_METHOD_MODEL else []
+    if scenario == "trainer":
+        return [m for m in TRAINER_DEFAULT_METHODS if m in METHODS and model in LIFECYCLE_DEFAULT_MODELS]
     if scenario != "train-eval-train":
         return [m for m in LIFECYCLE_DEFAULT_METHODS if m in METHODS and model in LIFECYCLE_DEFAULT_MODELS]
     if model == DEFAULT_FULL_METHOD_MODEL:

@@ -141,31 +141,27 @@ def _check_path(what: str, spec: str) -> str:
     return str(path)
 
 
-def _check_named(what: str, spec: str, name: str) -> str:
-    # A requirement: the name, then the end, extras, a version specifier, a URL (@) or a marker (;).
-    if re.match(rf"^{name}\s*($|[\[(<>=!~@;])", spec, re.IGNORECASE) is None:
-        raise GateError(f"{what}: {spec!r} is not a {name} requirement, a path or a URL (e.g. '{name}==1.2.3')")
-    return spec
+def _is_requirement(spec: str, name: str) -> bool:
+    # The name, then the end, extras, a version specifier, a direct URL (name @ url) or a marker (;).
+    return re.match(rf"^{name}\s*($|[\[(<>=!~@;])", spec, re.IGNORECASE) is not None
 
 
 def check_peft_spec(side: str, spec: str) -> str:
     """The spec as pip should get it: a URL as is, a path made absolute, a requirement naming peft."""
-    what = f"--{side}"
-    spec = _check_common(what, spec)
-    if _is_url(spec):
-        return spec
-    if _is_path(spec):
-        return _check_path(what, spec)
-    return _check_named(what, spec, "peft")
+    return _check_spec(f"--{side}", spec, "peft")
 
 
 def check_torch_spec(spec: str) -> str:
-    spec = _check_common("--torch", spec)
-    if _is_url(spec):
+    return _check_spec("--torch", spec, "torch")
+
+
+def _check_spec(what: str, spec: str, name: str) -> str:
+    spec = _check_common(what, spec)
+    if _is_url(spec) or _is_requirement(spec, name):
         return spec
     if _is_path(spec):
-        return _check_path("--torch", spec)
-    return _check_named("--torch", spec, "torch")
+        return _check_path(what, spec)
+    raise GateError(f"{what}: {spec!r} is not a {name} requirement, a path or a URL (e.g. '{name}==1.2.3')")
 
 
 def default_torch_spec() -> str:

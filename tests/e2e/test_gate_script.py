@@ -6,25 +6,13 @@ test shows one verdict or one exit-2 reason. tests/e2e/test_gate_end_to_end.py r
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
+import subprocess
 from pathlib import Path
 
 import pytest
 
-GATE_PY = Path(__file__).resolve().parents[2] / "scripts" / "gate.py"
-
-
-def _load_gate():
-    spec = importlib.util.spec_from_file_location("scripts_gate", GATE_PY)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-gate = _load_gate()
+from tests.e2e.gate_module import GATE_PY, gate
 
 AUDITED = {"id": "llama-tiny/lora/train-eval-train", "status": "passed", "audited": True}
 SKIPPED = {
@@ -108,6 +96,11 @@ def run_gate(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- arguments
+
+
+def test_the_executable_runs_the_script():
+    done = subprocess.run([GATE_PY.with_suffix(""), "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.startswith("usage: scripts/gate --base SPEC"), done
 
 
 @pytest.mark.parametrize(

@@ -333,7 +333,8 @@ class Side:
 
 
 def _pip_install(shell: Shell, side: Side, env: dict[str, str], what: str, args: Sequence[str]) -> None:
-    cmd = [side.python, "-m", "pip", "install", *args]
+    # --no-compile: byte-compiling all of torch took most of the install; a run compiles only what it imports.
+    cmd = [side.python, "-m", "pip", "install", "--no-compile", *args]
     if shell.run(cmd, log=side.install_log, env=env) != 0:
         raise GateError(f"{side.name}: pip install failed for {what!r} (see {shown(side.install_log)})")
 

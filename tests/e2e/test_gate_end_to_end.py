@@ -82,7 +82,9 @@ def _lora_linear_forward(module: ast.Module) -> ast.FunctionDef:
 
 def run_gate(base: str, head: str, out: Path) -> subprocess.CompletedProcess:
     cmd = [sys.executable, GATE_PY, "--base", base, "--head", head, "--out", out, "--", CASE]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=GATE_TIMEOUT_S, check=False)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=GATE_TIMEOUT_S, check=False)
+    print(done.stdout, done.stderr, sep="")  # shown with pytest -rP
+    return done
 
 
 def _shown(done: subprocess.CompletedProcess) -> str:

@@ -37,8 +37,10 @@ ARCHIVES = (".whl", ".tar.gz", ".zip")
 PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
 # What the failed head cases are rerun with, for their logs: every break and every failed guard.
 RERUN_TORCH_LOGS = "graph_breaks,recompiles_verbose"
-# Never copied into the snapshot: version control, caches, build output (and any virtualenv, see _ignore).
-SNAPSHOT_SKIP = {".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".benchmarks", "build", "out"}
+# Never copied into the snapshot: version control and caches anywhere, build and run output at the top (and
+# any virtualenv, see snapshot_checkout).
+SNAPSHOT_SKIP = {".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".benchmarks"}
+SNAPSHOT_SKIP_TOP = {"build", "out"}
 # The caller's interpreter settings must not reach a side's Python.
 CALLER_ONLY_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
 
@@ -465,6 +467,7 @@ def snapshot_checkout(dest: Path, skip: Sequence[Path]) -> Path:
             name
             for name in names
             if name in SNAPSHOT_SKIP
+            or (here == REPO and name in SNAPSHOT_SKIP_TOP)
             or name.endswith(".egg-info")
             or (here / name / "pyvenv.cfg").exists()  # any virtualenv
             or (here / name).resolve() in skip

@@ -364,11 +364,12 @@ def test_no_rerun_when_head_passed(run_gate, tmp_path):
 
 def test_the_snapshot_leaves_out_venvs_version_control_caches_and_the_output(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
-    for path in ("pyproject.toml", "scripts/gate.py", ".git/HEAD", ".ci-venv/pyvenv.cfg", "tests/__pycache__/x.pyc"):
+    kept = ("pyproject.toml", "scripts/gate.py", "tests/out/kept.txt")
+    for path in (*kept, ".git/HEAD", ".ci-venv/pyvenv.cfg", "tests/__pycache__/x.pyc", "out/r.json", "x.egg-info/P"):
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).touch()
     (repo / "reports" / "gate").mkdir(parents=True)
     monkeypatch.setattr(gate, "REPO", repo)
     copy = gate.snapshot_checkout(tmp_path / "copy", skip=[repo / "reports" / "gate"])
     found = sorted(str(p.relative_to(copy)) for p in copy.rglob("*"))
-    assert found == ["pyproject.toml", "reports", "scripts", "scripts/gate.py", "tests"]
+    assert found == ["pyproject.toml", "reports", "scripts", "scripts/gate.py", "tests", "tests/out", *kept[2:]]

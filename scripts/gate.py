@@ -1,0 +1,572 @@
+"""The compile gate, run locally: the same pytest selection on PEFT base and on PEFT head, then the diff.
+
+    scripts/gate --base peft==0.21.2 --head ~/src/peft --out out/gate -- -k "llama-tiny and lora"
+
+Each side gets a fresh virtualenv with the same torch (``--torch``, default: the torch version of the
+Python running this script), this gate's dependencies, then the side's PEFT SPEC: anything pip installs
+(``peft==0.21.2``, a local path, ``git+https://github.com/huggingface/peft@<ref>``). Both sides run a
+snapshot of this checkout taken at the start, with their own inductor cache, and write into OUT:
+``base.json``/``head.json`` (compile reports), ``base.log``/``head.log`` (pytest), ``*-install.log`` (pip),
+``*-environment.txt`` (pip freeze), ``head-matrix.md`` and ``diff.md`` (python -m compile_audit.diff).
+Nothing is installed into the calling Python and nothing is written into the checkout.
+
+Exit status: 0 when nothing regressed, 1 when head regressed, 2 for anything else (an install failure, an
+unusable report, nothing audited, the GPU tier without CUDA), with the reason on one line of stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.metadata
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+EXIT_OK, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
+REPO = Path(__file__).resolve().parent.parent
+ARCHIVES = (".whl", ".tar.gz", ".zip")
+PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
+# What the failed head cases are rerun with, for their logs: every break and every failed guard.
+RERUN_TORCH_LOGS = "graph_breaks,recompiles_verbose"
+# Never copied into the snapshot: version control and caches anywhere, build and run output at the top (and
+# any virtualenv, see snapshot_checkout).
+SNAPSHOT_SKIP = {".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".benchmarks"}
+SNAPSHOT_SKIP_TOP = {"build", "out"}
+# The caller's interpreter settings must not reach a side's Python.
+CALLER_ONLY_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
+
+
+class GateError(Exception):
+    """Whatever stops the gate before a verdict: exit 2 with this one-line reason."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print the usage too: the reason must stay one line
+        raise GateError(f"{message} (see scripts/gate --help)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    base: str
+    head: str
+    out: Path
+    torch: str
+    torch_index_url: str | None
+    torch_pre: bool
+    work_dir: Path | None
+    rerun_failed: bool
+    chart: bool
+    pytest_args: tuple[str, ...]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="scripts/gate",
+        usage="scripts/gate --base SPEC --head SPEC --out DIR [options] [-- PYTEST_ARGS...]",
+        description="Run the same pytest selection on PEFT base and head in fresh virtualenvs and diff the reports. "
+        "Exit 0: nothing regressed; 1: head regressed; 2: anything else.",
+    )
+    parser.add_argument("--base", required=True, metavar="SPEC", help="PEFT base: a pin, a local path or a git URL")
+    parser.add_argument("--head", required=True, metavar="SPEC", help="PEFT head, the same kinds as --base")
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="where reports, logs and diff go")
+    parser.add_argument("--torch", metavar="SPEC", help="torch for both sides (default: this Python's version)")
+    parser.add_argument(
+        "--torch-index-url",
+        metavar="URL",
+        default=os.environ.get("GATE_TORCH_INDEX_URL") or None,
+        help="package index for torch only, e.g. https://download.pytorch.org/whl/cpu (env: GATE_TORCH_INDEX_URL)",
+    )
+    parser.add_argument("--torch-pre", action="store_true", help="allow torch pre-releases (the nightly)")
+    parser.add_argument("--work-dir", type=Path, metavar="DIR", help="keep the venvs and caches here (must be empty)")
+    parser.add_argument(
+        "--rerun-failed", action="store_true", help=f"rerun head's failed cases with TORCH_LOGS={RERUN_TORCH_LOGS}"
+    )
+    parser.add_argument("--chart", action="store_true", help="mermaid charts in diff.md (python -m compile_audit.diff)")
+    return parser
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    argv = list(argv)
+    ours, pytest_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    args = build_parser().parse_args(ours)
+    check_pytest_args(pytest_args)
+    return Options(
+        base=check_peft_spec("base", args.base),
+        head=check_peft_spec("head", args.head),
+        out=args.out.expanduser().resolve(),
+        torch=check_torch_spec(args.torch) if args.torch is not None else default_torch_spec(),
+        torch_index_url=args.torch_index_url,
+        torch_pre=args.torch_pre,
+        work_dir=args.work_dir.expanduser().resolve() if args.work_dir else None,
+        rerun_failed=args.rerun_failed,
+        chart=args.chart,
+        pytest_args=tuple(pytest_args),
+    )
+
+
+# ----------------------------------------------------------------------------- specs and arguments
+
+
+def _is_url(spec: str) -> bool:
+    return re.match(r"^[a-z][a-z0-9+.-]*://", spec, re.IGNORECASE) is not None
+
+
+def _is_path(spec: str) -> bool:
+    # As pip tells them apart: a bare name ("peft") is a requirement even when a directory has that name.
+    return spec.startswith(("/", ".", "~")) or os.sep in spec or spec.endswith(ARCHIVES)
+
+
+def _check_common(what: str, spec: str) -> str:
+    spec = spec.strip()
+    if not spec:
+        raise GateError(f"{what}: empty spec")
+    if spec.startswith("-"):
+        raise GateError(f"{what}: {spec!r} looks like a pip option, not something to install")
+    return spec
+
+
+def _check_path(what: str, spec: str) -> str:
+    path = Path(spec).expanduser().resolve()
+    if not path.exists():
+        raise GateError(f"{what}: no such file or directory: {spec!r}")
+    if path.is_dir() and not any((path / name).is_file() for name in ("pyproject.toml", "setup.py")):
+        raise GateError(f"{what}: {spec!r} is a directory without pyproject.toml or setup.py")
+    return str(path)
+
+
+def _is_requirement(spec: str, name: str) -> bool:
+    # The name, then the end, extras, a version specifier, a direct URL (name @ url) or a marker (;).
+    return re.match(rf"^{name}\s*($|[\[(<>=!~@;])", spec, re.IGNORECASE) is not None
+
+
+def check_peft_spec(side: str, spec: str) -> str:
+    """The spec as pip should get it: a URL as is, a path made absolute, a requirement naming peft."""
+    return _check_spec(f"--{side}", spec, "peft")
+
+
+def check_torch_spec(spec: str) -> str:
+    return _check_spec("--torch", spec, "torch")
+
+
+def _check_spec(what: str, spec: str, name: str) -> str:
+    spec = _check_common(what, spec)
+    if _is_url(spec) or _is_requirement(spec, name):
+        return spec
+    if _is_path(spec):
+        return _check_path(what, spec)
+    raise GateError(f"{what}: {spec!r} is not a {name} requirement, a path or a URL (e.g. '{name}==1.2.3')")
+
+
+def default_torch_spec() -> str:
+    """This Python's torch version, without its local label (+cpu): the index decides the build."""
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        raise GateError("this Python has no torch to match: pass --torch SPEC (e.g. --torch torch==2.13.0)") from None
+    return f"torch=={version.split('+')[0]}"
+
+
+def check_pytest_args(pytest_args: Sequence[str]) -> None:
+    for arg in pytest_args:
+        if arg.split("=")[0] in ("--compile-report", "--update-budgets"):
+            raise GateError(
+                f"pytest args: {arg.split('=')[0]} is not allowed (the gate sets the reports, never budgets)"
+            )
+
+
+def marker_expression(pytest_args: Sequence[str]) -> str | None:
+    """The last -m of the pytest args (pytest keeps the last), or None: pyproject's addopts decide."""
+    expression = None
+    for index, arg in enumerate(pytest_args):
+        if arg == "-m" and index + 1 < len(pytest_args):
+            expression = pytest_args[index + 1]
+        elif arg.startswith("-m") and len(arg) > 2 and not arg.startswith("-m-"):
+            expression = arg[2:].lstrip("=")
+    return expression
+
+
+def selects_marker(expression: str | None, marker: str) -> bool:
+    """Whether a test carrying only `marker` is selected by the -m expression (other markers count as absent)."""
+    if not expression:
+        return False
+    try:
+        return _MarkerExpression(expression, marker).evaluate()
+    except ValueError:
+        return False  # pytest rejects the expression itself, with its own message
+
+
+class _MarkerExpression:
+    """pytest's -m grammar: expr = conj ('or' conj)*; conj = neg ('and' neg)*; neg = 'not' neg | '(' expr ')' | name."""
+
+    def __init__(self, expression: str, marker: str):
+        self.tokens = re.findall(r"\(|\)|[^\s()]+", expression)
+        self.marker = marker
+
+    def evaluate(self) -> bool:
+        value = self._expr()
+        if self.tokens:
+            raise ValueError(f"unexpected {self.tokens[0]!r}")
+        return value
+
+    def _take(self, token: str) -> bool:
+        if self.tokens and self.tokens[0] == token:
+            self.tokens.pop(0)
+            return True
+        return False
+
+    def _expr(self) -> bool:
+        value = self._conj()
+        while self._take("or"):
+            value = self._conj() or value
+        return value
+
+    def _conj(self) -> bool:
+        value = self._neg()
+        while self._take("and"):
+            value = self._neg() and value
+        return value
+
+    def _neg(self) -> bool:
+        if self._take("not"):
+            return not self._neg()
+        if self._take("("):
+            value = self._expr()
+            if not self._take(")"):
+                raise ValueError("unbalanced parentheses")
+            return value
+        if not self.tokens or self.tokens[0] in ("and", "or", ")"):
+            raise ValueError("a marker name is missing")
+        return self.tokens.pop(0) == self.marker
+
+
+def needs_cuda(pytest_args: Sequence[str]) -> bool:
+    """The selection runs the GPU tier on CUDA (its --gpu-tier-device cpu mode runs it on CPU)."""
+    on_cpu = "--gpu-tier-device=cpu" in pytest_args or any(
+        a == "--gpu-tier-device" and b == "cpu" for a, b in itertools.pairwise(pytest_args)
+    )
+    return selects_marker(marker_expression(pytest_args), "gpu") and not on_cpu
+
+
+# ----------------------------------------------------------------------------- running commands
+
+
+class Shell:
+    """Runs the commands of the gate; the tests replace it with a fake."""
+
+    def run(self, cmd: Sequence[str], *, log: Path, env: dict[str, str], cwd: Path | None = None) -> int:
+        """Run cmd with its output appended to log; return its exit status."""
+        with log.open("a", encoding="utf-8") as stream:
+            stream.write(f"$ {subprocess.list2cmdline([str(c) for c in cmd])}\n")
+            stream.flush()
+            return subprocess.run(
+                [str(c) for c in cmd], stdout=stream, stderr=subprocess.STDOUT, env=env, cwd=cwd, check=False
+            ).returncode
+
+    def capture(self, cmd: Sequence[str], *, env: dict[str, str], cwd: Path | None = None) -> tuple[int, str, str]:
+        done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=env, cwd=cwd, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+
+def say(message: str) -> None:
+    print(f"gate: {message}", flush=True)
+
+
+def shown(path: Path) -> str:
+    """A path as the user should read it: relative to the current directory when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+# ----------------------------------------------------------------------------- one side
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    name: str  # "base" or "head"
+    spec: str
+    out: Path
+    work: Path  # this side's venv and caches
+
+    @property
+    def venv(self) -> Path:
+        return self.work / "venv"
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def report(self) -> Path:
+        return self.out / f"{self.name}.json"
+
+    @property
+    def log(self) -> Path:
+        return self.out / f"{self.name}.log"
+
+    @property
+    def install_log(self) -> Path:
+        return self.out / f"{self.name}-install.log"
+
+    def env(self, snapshot: Path) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in CALLER_ONLY_ENV}
+        env.update(
+            VIRTUAL_ENV=str(self.venv),
+            PATH=f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+            PYTHONPATH=str(snapshot),
+            PYTHONNOUSERSITE="1",
+            PIP_DISABLE_PIP_VERSION_CHECK="1",
+            PIP_NO_INPUT="1",
+            # Per side and per run: compiled artifacts of one PEFT must never serve the other.
+            TORCHINDUCTOR_CACHE_DIR=str(self.work / "inductor-cache"),
+            TRITON_CACHE_DIR=str(self.work / "triton-cache"),
+        )
+        return env
+
+
+def _pip_install(shell: Shell, side: Side, env: dict[str, str], what: str, args: Sequence[str]) -> None:
+    # --no-compile: byte-compiling all of torch took most of the install; a run compiles only what it imports.
+    cmd = [side.python, "-m", "pip", "install", "--no-compile", *args]
+    if shell.run(cmd, log=side.install_log, env=env) != 0:
+        raise GateError(f"{side.name}: pip install failed for {what!r} (see {shown(side.install_log)})")
+
+
+def _installed_version(shell: Shell, side: Side, env: dict[str, str], dist: str) -> str | None:
+    code = f"import importlib.metadata as m; print(m.version({dist!r}))"
+    status, stdout, _ = shell.capture([side.python, "-c", code], env=env)
+    return stdout.strip() if status == 0 and stdout.strip() else None
+
+
+def install(shell: Shell, side: Side, opts: Options, snapshot: Path, torch_spec: str) -> tuple[str, str]:
+    """A fresh venv with torch_spec, the gate's dependencies and the side's PEFT; returns (torch, peft) versions."""
+    env = side.env(snapshot)
+    say(f"{side.name}: installing {torch_spec}, the gate and {side.spec!r} (log: {shown(side.install_log)})")
+    if shell.run([sys.executable, "-m", "venv", side.venv], log=side.install_log, env=env) != 0:
+        raise GateError(f"{side.name}: could not create a virtualenv in {side.venv} (see {shown(side.install_log)})")
+    index = ["--index-url", opts.torch_index_url] if opts.torch_index_url else []
+    _pip_install(shell, side, env, torch_spec, [*index, *(["--pre"] if opts.torch_pre else []), torch_spec])
+    torch_version = _installed_version(shell, side, env, "torch")
+    if torch_version is None:
+        raise GateError(f"{side.name}: {torch_spec!r} installed no torch (see {shown(side.install_log)})")
+    # Nothing installed after torch may replace it: both sides must test the same torch.
+    constraints = side.work / "constraints.txt"
+    constraints.write_text(f"torch=={torch_version}\n", encoding="utf-8")
+    _pip_install(shell, side, env, "the gate's dependencies", ["-c", constraints, "-e", f"{snapshot}[test]"])
+    _pip_install(shell, side, env, side.spec, ["-c", constraints, side.spec])
+    peft_version = _installed_version(shell, side, env, "peft")
+    if peft_version is None:
+        raise GateError(f"{side.name}: {side.spec!r} installed no 'peft' distribution (see {shown(side.install_log)})")
+    _freeze(shell, side, env)
+    say(f"{side.name}: torch {torch_version}, peft {peft_version}")
+    return torch_version, peft_version
+
+
+def _freeze(shell: Shell, side: Side, env: dict[str, str]) -> None:
+    status, stdout, _ = shell.capture([side.python, "-m", "pip", "freeze"], env=env)
+    if status == 0:
+        (side.out / f"{side.name}-environment.txt").write_text(stdout, encoding="utf-8")
+
+
+def check_cuda(shell: Shell, side: Side, snapshot: Path, opts: Options) -> None:
+    if not needs_cuda(opts.pytest_args):
+        return
+    code = "import torch; print(torch.cuda.is_available())"
+    status, stdout, stderr = shell.capture([side.python, "-c", code], env=side.env(snapshot))
+    if status != 0 or stdout.strip() != "True":
+        detail = (stderr.strip().splitlines() or ["torch.cuda.is_available() is False"])[-1]
+        expression = marker_expression(opts.pytest_args)
+        raise GateError(
+            f"{side.name}: the selection (-m {expression!r}) runs the GPU tier, but CUDA is unavailable: {detail}"
+        )
+
+
+def _pytest(side: Side) -> list[str | Path]:
+    # The side's own pytest cache: --last-failed must see this side's failures, and the snapshot stays shared.
+    return [side.python, "-m", "pytest", "-o", f"cache_dir={side.work / 'pytest-cache'}"]
+
+
+def _pytest_summary(log: Path) -> str:
+    """pytest's last line, e.g. '1 failed, 2 passed in 31.02s'."""
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.exists() else []
+    outcome = re.compile(r"\b(passed|failed|skipped|errors?|deselected|xfailed|no tests ran)\b.* in [\d.]+s")
+    last = next((line for line in reversed(lines) if outcome.search(line)), "")
+    return last.strip("= ") or "no pytest summary line"
+
+
+def run_suite(shell: Shell, side: Side, snapshot: Path, opts: Options) -> int:
+    """The selection on this side, writing its report; returns pytest's exit status (0 or 1)."""
+    say(f"{side.name}: pytest {subprocess.list2cmdline(opts.pytest_args)} (log: {shown(side.log)})")
+    cmd = [*_pytest(side), "--compile-report", side.report, *opts.pytest_args]
+    status = shell.run(cmd, log=side.log, env=side.env(snapshot), cwd=snapshot)
+    summary = _pytest_summary(side.log)
+    if status not in (0, 1):
+        reason = PYTEST_EXIT.get(status, "unknown status")
+        raise GateError(f"{side.name}: pytest exited {status} ({reason}): {summary} (see {shown(side.log)})")
+    say(f"{side.name}: {summary}")
+    return status
+
+
+def rerun_failed(shell: Shell, side: Side, snapshot: Path, opts: Options) -> None:
+    """Head's failed cases once more with Dynamo's logs and a trace; their outcome changes no verdict."""
+    log = side.out / f"{side.name}-failed-cases.log"
+    env = {**side.env(snapshot), "TORCH_LOGS": RERUN_TORCH_LOGS, "TORCH_TRACE": str(side.out / "torch-trace")}
+    cmd = [*_pytest(side), "--last-failed", "--last-failed-no-failures", "none", *opts.pytest_args]
+    say(f"{side.name}: rerunning the failed cases with TORCH_LOGS={RERUN_TORCH_LOGS} (log: {shown(log)})")
+    status = shell.run(cmd, log=log, env=env, cwd=snapshot)
+    if status not in (0, 1, 5):
+        say(f"{side.name}: note: the rerun of failed cases exited {status} (see {shown(log)})")
+
+
+def check_report(side: Side) -> int:
+    """Fail unless the side's report is readable and audited at least one case; returns how many it audited."""
+    try:
+        data = json.loads(side.report.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GateError(f"{side.name}: pytest wrote no report {shown(side.report)} (see {shown(side.log)})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise GateError(f"{side.name}: unreadable report {shown(side.report)}: {error}") from None
+    cases = data.get("cases") if isinstance(data, dict) else None
+    if not isinstance(cases, list):
+        raise GateError(f"{side.name}: {shown(side.report)} is not a compile report (no 'cases' list)")
+    audited = [c for c in cases if isinstance(c, dict) and c.get("audited") is True and c.get("status") != "xfailed"]
+    if not audited:
+        raise GateError(f"{side.name}: nothing audited: {_unaudited(cases)} (see {shown(side.log)})")
+    return len(audited)
+
+
+def _unaudited(cases: list) -> str:
+    records = [c for c in cases if isinstance(c, dict)]
+    if not records:
+        return "the report has no case"
+    statuses = Counter(str(c.get("status")) for c in records)
+    counts = ", ".join(f"{n} {status}" for status, n in statuses.most_common())
+    first = next((c.get("message") for c in records if c.get("message")), None)
+    reason = f"; first reason: {' '.join(str(first).split())}" if first else ""
+    return f"none of its {len(records)} case(s) ran to an audit ({counts}){reason}"
+
+
+# ----------------------------------------------------------------------------- both sides
+
+
+def snapshot_checkout(dest: Path, skip: Sequence[Path]) -> Path:
+    """Copy this checkout to dest: both sides run the same gate code, and the checkout gets no writes."""
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        here = Path(directory)
+        return {
+            name
+            for name in names
+            if name in SNAPSHOT_SKIP
+            or (here == REPO and name in SNAPSHOT_SKIP_TOP)
+            or name.endswith(".egg-info")
+            or (here / name / "pyvenv.cfg").exists()  # any virtualenv
+            or (here / name).resolve() in skip
+        }
+
+    shutil.copytree(REPO, dest, ignore=ignore, symlinks=True)
+    return dest
+
+
+def _clear_outputs(out: Path) -> None:
+    """Remove what an earlier run left in out: a stale report must never stand in for a missing one."""
+    for side in ("base", "head"):
+        for suffix in (".json", ".log", "-install.log", "-environment.txt", "-failed-cases.log", "-matrix.md"):
+            (out / f"{side}{suffix}").unlink(missing_ok=True)
+    (out / "diff.md").unlink(missing_ok=True)
+    shutil.rmtree(out / "torch-trace", ignore_errors=True)
+
+
+def run_diff(shell: Shell, base: Side, head: Side, snapshot: Path, opts: Options) -> int:
+    out = opts.out / "diff.md"
+    cmd = [head.python, "-m", "compile_audit.diff", base.report, head.report, "--output", out]
+    status, _, stderr = shell.capture(
+        [*cmd, *(["--chart"] if opts.chart else [])], env=head.env(snapshot), cwd=snapshot
+    )
+    if status not in (EXIT_OK, EXIT_REGRESSION):
+        detail = " ".join((stderr.strip().splitlines() or ["no message"])[-1].split())
+        raise GateError(f"diff: python -m compile_audit.diff exited {status}: {detail}")
+    if out.exists():
+        sys.stdout.write(out.read_text(encoding="utf-8"))
+    return status
+
+
+def write_matrix(shell: Shell, head: Side, snapshot: Path) -> None:
+    """Head's compatibility matrix, for the step summary; a missing matrix is worth a note, not a verdict."""
+    out = head.out / "head-matrix.md"
+    cmd = [head.python, "-m", "compile_audit.matrix", head.report, "--output", out]
+    status, _, stderr = shell.capture(cmd, env=head.env(snapshot), cwd=snapshot)
+    if status != 0:
+        say(f"note: no compatibility matrix: {(stderr.strip().splitlines() or ['no message'])[-1]}")
+
+
+def _same_torch(spec: str, installed: str) -> str:
+    """What head installs: exactly base's torch (the same file, or the version base got, local label included)."""
+    return spec if _is_url(spec) or _is_path(spec) else f"torch=={installed}"
+
+
+def _work_dir(opts: Options) -> tuple[Path, bool]:
+    """The directory for venvs and caches, and whether the gate removes it at the end."""
+    if opts.work_dir is None:
+        return Path(tempfile.mkdtemp(prefix="compile-gate-")), True
+    if opts.work_dir.exists() and any(opts.work_dir.iterdir()):
+        raise GateError(f"--work-dir {opts.work_dir} is not empty (the venvs must be fresh)")
+    opts.work_dir.mkdir(parents=True, exist_ok=True)
+    return opts.work_dir, False
+
+
+def gate(opts: Options, shell: Shell, work: Path) -> int:
+    opts.out.mkdir(parents=True, exist_ok=True)
+    _clear_outputs(opts.out)
+    snapshot = snapshot_checkout(work / "gate", skip=[opts.out, work])
+    base = Side("base", opts.base, opts.out, work / "base")
+    head = Side("head", opts.head, opts.out, work / "head")
+    for side in (base, head):
+        side.work.mkdir(parents=True)
+    torch_version, _ = install(shell, base, opts, snapshot, opts.torch)
+    install(shell, head, opts, snapshot, _same_torch(opts.torch, torch_version))
+    for side in (base, head):
+        check_cuda(shell, side, snapshot, opts)
+    run_suite(shell, base, snapshot, opts)
+    if run_suite(shell, head, snapshot, opts) == 1 and opts.rerun_failed:
+        rerun_failed(shell, head, snapshot, opts)
+    for side in (base, head):
+        say(f"{side.name}: {check_report(side)} case(s) audited")
+    write_matrix(shell, head, snapshot)
+    status = run_diff(shell, base, head, snapshot, opts)
+    verdict = "head regressed" if status == EXIT_REGRESSION else "no regression"
+    say(f"{verdict} (diff: {shown(opts.out / 'diff.md')})")
+    return status
+
+
+def main(argv: Sequence[str] | None = None, shell: Shell | None = None) -> int:
+    try:
+        opts = parse_args(sys.argv[1:] if argv is None else argv)
+        work, temporary = _work_dir(opts)
+        try:
+            return gate(opts, shell or Shell(), work)
+        finally:
+            if temporary:
+                shutil.rmtree(work, ignore_errors=True)
+    except GateError as error:
+        print(f"gate: {' '.join(str(error).split())}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("gate: interrupted", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as error:  # exit 1 means a regression and nothing else
+        print(f"gate: {type(error).__name__}: {' '.join(str(error).split())}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

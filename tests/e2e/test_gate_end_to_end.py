@@ -1,0 +1,114 @@
+"""scripts/gate end to end: real virtualenvs, the installed PEFT release as base, one case per side.
+
+    pytest -m gate_e2e
+
+Head is either the same release (the verdict must be 0) or its sdist with a graph break planted at the start
+of LoRA's ``Linear.forward`` (the verdict must be 1, naming ``peft/tuners/lora/layer.py``). It takes minutes
+(four virtualenvs), so it runs only when ``-m`` selects ``gate_e2e`` explicitly; pyproject's addopts deselect
+it. Set GATE_TORCH_INDEX_URL where a plain ``torch==<version>`` would not install the build of this Python.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.gate_module import GATE_PY, gate
+
+pytestmark = pytest.mark.gate_e2e
+
+CASE = "tests/test_train_eval_train.py::test_train_eval_train[llama-tiny/lora/train-eval-train]"
+PLANTED = "torch._dynamo.graph_break()  # planted by tests/e2e/test_gate_end_to_end.py"
+GATE_TIMEOUT_S = 1800
+
+
+@pytest.fixture(autouse=True)
+def only_when_selected(request):
+    expression = request.config.option.markexpr
+    # Selected because of its marker, not by an expression that selects untagged tests too ("not gpu").
+    if not gate.selects_marker(expression, "gate_e2e") or gate.selects_marker(expression, ""):
+        pytest.skip("builds four virtualenvs: run it with pytest -m gate_e2e")
+
+
+@pytest.fixture(scope="module")
+def peft_version() -> str:
+    return importlib.metadata.version("peft")
+
+
+@pytest.fixture(scope="module")
+def planted_peft(tmp_path_factory, peft_version) -> Path:
+    """The installed PEFT release's source with a graph break at the start of LoRA's Linear.forward."""
+    downloads = tmp_path_factory.mktemp("sdist")
+    pip = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--dest", downloads]
+    subprocess.run([*pip, f"peft=={peft_version}"], check=True, capture_output=True, timeout=600)
+    (archive,) = downloads.glob("peft-*.tar.gz")
+    safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.10.12 / 3.11.4
+    with tarfile.open(archive) as tar:
+        tar.extractall(downloads, **safe)
+    source = downloads / archive.name.removesuffix(".tar.gz")
+    plant_graph_break(source / "src" / "peft" / "tuners" / "lora" / "layer.py")
+    return source
+
+
+def plant_graph_break(layer_py: Path) -> None:
+    text = layer_py.read_text(encoding="utf-8")
+    first = _first_statement(_lora_linear_forward(ast.parse(text)))
+    lines = text.splitlines(keepends=True)
+    lines.insert(first.lineno - 1, " " * first.col_offset + PLANTED + "\n")
+    planted = "".join(lines)
+    compile(planted, str(layer_py), "exec")
+    layer_py.write_text(planted, encoding="utf-8")
+
+
+def _first_statement(function: ast.FunctionDef) -> ast.stmt:
+    """Its first statement after the docstring."""
+    return function.body[1] if ast.get_docstring(function) is not None else function.body[0]
+
+
+def _lora_linear_forward(module: ast.Module) -> ast.FunctionDef:
+    for node in module.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Linear":
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "forward":
+                    return item
+    raise AssertionError("no Linear.forward in peft/tuners/lora/layer.py: the plant needs updating")
+
+
+def run_gate(base: str, head: str, out: Path) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, GATE_PY, "--base", base, "--head", head, "--out", out, "--", CASE]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=GATE_TIMEOUT_S, check=False)
+    print(done.stdout, done.stderr, sep="")  # shown with pytest -rP
+    return done
+
+
+def _shown(done: subprocess.CompletedProcess) -> str:
+    return f"exit {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-2000:]}"
+
+
+def test_the_plant_lands_in_lora_linear_forward(planted_peft):
+    text = (planted_peft / "src" / "peft" / "tuners" / "lora" / "layer.py").read_text(encoding="utf-8")
+    assert text.count(PLANTED) == 1
+    first = _first_statement(_lora_linear_forward(ast.parse(text)))
+    assert ast.unparse(first) == "torch._dynamo.graph_break()"
+
+
+def test_a_planted_graph_break_in_head_exits_1_and_names_the_file(planted_peft, peft_version, tmp_path):
+    done = run_gate(f"peft=={peft_version}", str(planted_peft), tmp_path / "out")
+    assert done.returncode == 1, _shown(done)
+    assert done.stderr == "", _shown(done)
+    diff = (tmp_path / "out" / "diff.md").read_text(encoding="utf-8")
+    assert "peft/tuners/lora/layer.py" in diff and "llama-tiny/lora/train-eval-train" in diff, diff
+    assert "peft/tuners/lora/layer.py" in done.stdout, _shown(done)
+
+
+def test_the_same_peft_on_both_sides_exits_0(peft_version, tmp_path):
+    done = run_gate(f"peft=={peft_version}", f"peft=={peft_version}", tmp_path / "out")
+    assert done.returncode == 0, _shown(done)
+    assert done.stderr == "", _shown(done)
+    assert "no changes" in (tmp_path / "out" / "diff.md").read_text(encoding="utf-8")

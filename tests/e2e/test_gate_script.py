@@ -1,0 +1,375 @@
+"""scripts/gate without building anything: its arguments, and every exit path with a fake shell.
+
+The fake shell stands in for pip, pytest and the diff: it records each command and answers as told, so each
+test shows one verdict or one exit-2 reason. tests/e2e/test_gate_end_to_end.py runs the real thing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.gate_module import GATE_PY, gate
+
+AUDITED = {"id": "llama-tiny/lora/train-eval-train", "status": "passed", "audited": True}
+SKIPPED = {
+    "id": "llama-tiny/lora/train-eval-train@cuda-inductor",
+    "status": "skipped",
+    "audited": False,
+    "message": "GPU tier: CUDA is not available on this machine",
+}
+
+
+def report(*cases: dict) -> dict:
+    return {"schema": "compile-audit-report/1", "versions": {}, "cases": list(cases)}
+
+
+class FakeShell:
+    """Answers the gate's commands: pip and venv succeed unless a pip spec is in `failing_installs`; pytest
+    writes `reports[side]` (None: writes nothing) and exits `pytest_status[side]`; the diff exits `diff_status`."""
+
+    def __init__(self, *, diff_status: int = 0, diff_stderr: str = "", cuda: bool = False, torch: str = "2.13.0+cpu"):
+        self.commands: list[tuple[list[str], dict[str, str]]] = []
+        self.failing_installs: set[str] = set()
+        self.reports: dict[str, dict | str | None] = {"base": report(AUDITED), "head": report(AUDITED)}
+        self.pytest_status = {"base": 0, "head": 0}
+        self.diff_status, self.diff_stderr = diff_status, diff_stderr
+        self.cuda, self.torch = cuda, torch
+
+    @staticmethod
+    def side(cmd: list[str]) -> str:
+        return Path(cmd[0]).parents[2].name  # <work>/<side>/venv/bin/python
+
+    def run(self, cmd, *, log: Path, env: dict[str, str], cwd: Path | None = None) -> int:
+        cmd = [str(c) for c in cmd]
+        self.commands.append((cmd, env))
+        log.touch()
+        if cmd[1:3] == ["-m", "pip"]:
+            return 1 if cmd[-1] in self.failing_installs else 0
+        if cmd[1:3] == ["-m", "pytest"]:
+            return self._pytest(cmd)
+        return 0
+
+    def _pytest(self, cmd: list[str]) -> int:
+        side = self.side(cmd)
+        if "--compile-report" in cmd:
+            path = Path(cmd[cmd.index("--compile-report") + 1])
+            content = self.reports[side]
+            if content is not None:
+                path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+        return self.pytest_status[side]
+
+    def capture(self, cmd, *, env: dict[str, str], cwd: Path | None = None) -> tuple[int, str, str]:
+        cmd = [str(c) for c in cmd]
+        self.commands.append((cmd, env))
+        if cmd[1] == "-c" and "cuda" in cmd[2]:
+            return 0, f"{self.cuda}\n", ""
+        if cmd[1] == "-c":
+            return 0, (self.torch if "'torch'" in cmd[2] else "0.21.2") + "\n", ""
+        if "compile_audit.diff" in cmd:
+            Path(cmd[cmd.index("--output") + 1]).write_text("## diff\n- planted\n", encoding="utf-8")
+            return self.diff_status, "", self.diff_stderr
+        return 0, "", ""
+
+    def ran(self, *words: str) -> list[list[str]]:
+        return [cmd for cmd, _ in self.commands if all(w in cmd for w in words)]
+
+    def pytest_runs(self) -> list[list[str]]:
+        return [cmd for cmd, _ in self.commands if cmd[1:3] == ["-m", "pytest"]]
+
+
+@pytest.fixture
+def run_gate(tmp_path, capsys):
+    """main() with a fake shell; returns (status, stdout, stderr lines)."""
+
+    def run(shell: FakeShell, *extra: str, base: str = "peft==0.21.2", head: str = "peft==0.21.2"):
+        argv = ["--base", base, "--head", head, "--out", str(tmp_path / "out"), "--torch", "torch==2.13.0"]
+        argv += ["--work-dir", str(tmp_path / "work"), *extra]
+        status = gate.main(argv, shell=shell)
+        captured = capsys.readouterr()
+        return status, captured.out, captured.err.splitlines()
+
+    return run
+
+
+# ----------------------------------------------------------------------------- arguments
+
+
+def test_the_executable_runs_the_script():
+    done = subprocess.run([GATE_PY.with_suffix(""), "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.startswith("usage: scripts/gate --base SPEC"), done
+
+
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        (["--base", "peft==0.21.2", "--head", "peft"], "the following arguments are required: --out"),
+        (["--base", "torch==2.13.0", "--head", "peft", "--out", "o"], "--base: 'torch==2.13.0' is not a peft"),
+        (["--base", "peftx==1", "--head", "peft", "--out", "o"], "--base: 'peftx==1' is not a peft requirement"),
+        (["--base", "peft", "--head=--index-url=http://x", "--out", "o"], "--head: '--index-url=http://x' looks like"),
+        (["--base", "peft", "--head", "  ", "--out", "o"], "--head: empty spec"),
+        (["--base", "./no/such/peft", "--head", "peft", "--out", "o"], "--base: no such file or directory"),
+        (["--base", "peft", "--head", "peft", "--out", "o", "--torch", "numpy"], "--torch: 'numpy' is not a torch"),
+        (["--base", "peft", "--head", "peft", "--out", "o", "--", "--update-budgets"], "--update-budgets is not"),
+        (["--base", "peft", "--head", "peft", "--out", "o", "--", "--compile-report=x.json"], "--compile-report is"),
+        (["--base", "peft", "--head", "peft", "--out", "o", "--bogus"], "unrecognized arguments: --bogus"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(argv, reason, capsys):
+    assert gate.main(argv, shell=FakeShell()) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("gate: ") and reason in lines[0], lines[0]
+
+
+def test_a_directory_without_a_project_is_refused(tmp_path, capsys):
+    assert gate.main(["--base", str(tmp_path), "--head", "peft", "--out", "o"], shell=FakeShell()) == 2
+    assert "is a directory without pyproject.toml or setup.py" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "peft==0.21.2",
+        "peft",
+        "PEFT>=0.18,<1",
+        "peft[dev]==0.21.2",
+        "peft @ git+https://github.com/huggingface/peft@v0.21.2",
+        "git+https://github.com/huggingface/peft@0a1b2c3d",
+        "https://example.org/peft-0.21.2.tar.gz",
+    ],
+)
+def test_peft_specs_pip_installs_are_accepted_unchanged(spec):
+    assert gate.check_peft_spec("base", spec) == spec
+
+
+def test_a_local_peft_path_is_made_absolute(tmp_path, monkeypatch):
+    (tmp_path / "peft").mkdir()
+    (tmp_path / "peft" / "pyproject.toml").write_text("", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert gate.check_peft_spec("head", "./peft") == str(tmp_path / "peft")
+
+
+def test_default_torch_is_the_callers_version_without_its_local_label(monkeypatch):
+    monkeypatch.setattr(gate.importlib.metadata, "version", lambda name: "2.13.0+cpu")
+    assert gate.default_torch_spec() == "torch==2.13.0"
+
+
+def test_no_torch_in_the_caller_and_no_torch_option_is_an_error(monkeypatch):
+    def missing(name):
+        raise gate.importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(gate.importlib.metadata, "version", missing)
+    with pytest.raises(gate.GateError, match="this Python has no torch to match: pass --torch"):
+        gate.default_torch_spec()
+
+
+def test_pytest_args_are_everything_after_the_double_dash():
+    opts = gate.parse_args(["--base", "peft", "--head", "peft", "--out", "o", "--torch", "torch", "--", "-k", "a --b"])
+    assert opts.pytest_args == ("-k", "a --b")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["-m", "gpu"], True),
+        (["-mgpu"], True),
+        (["-m", "gpu and not selftest"], True),
+        (["-m", "(selftest or gpu)"], True),
+        (["-m", "not selftest"], True),  # overrides addopts' "not gpu": GPU cases are selected too
+        (["-m", "not gpu"], False),
+        (["-m", "selftest"], False),
+        (["-m", "not (gpu)"], False),
+        (["-m", "gpu", "-m", "not gpu"], False),  # pytest keeps the last -m
+        (["-m", "gpu and"], False),  # malformed: pytest reports it
+        (["-k", "gpu"], False),
+        ([], False),
+        (["-m", "gpu", "--gpu-tier-device", "cpu"], False),
+        (["-m", "gpu", "--gpu-tier-device=cpu"], False),
+    ],
+)
+def test_which_selections_need_cuda(args, expected):
+    assert gate.needs_cuda(args) is expected
+
+
+# ----------------------------------------------------------------------------- verdicts and exit-2 paths
+
+
+def test_no_regression_exits_0_and_prints_the_diff(run_gate):
+    status, out, err = run_gate(FakeShell(diff_status=0))
+    assert (status, err) == (0, [])
+    assert "## diff" in out and "gate: no regression" in out
+
+
+def test_a_regression_exits_1(run_gate):
+    status, out, err = run_gate(FakeShell(diff_status=1))
+    assert (status, err) == (1, [])
+    assert "- planted" in out and "gate: head regressed" in out
+
+
+def test_an_install_failure_exits_2_naming_the_spec_and_its_log(run_gate, tmp_path):
+    shell = FakeShell()
+    shell.failing_installs.add("peft @ git+https://example.org/peft@nope")
+    status, _, err = run_gate(shell, head="peft @ git+https://example.org/peft@nope")
+    assert status == 2
+    log = tmp_path / "out" / "head-install.log"
+    assert err == [f"gate: head: pip install failed for 'peft @ git+https://example.org/peft@nope' (see {log})"]
+    assert shell.pytest_runs() == []  # nothing runs before both sides are installed
+
+
+def test_nothing_audited_exits_2_with_the_reason(run_gate, tmp_path):
+    shell = FakeShell()
+    shell.reports["head"] = report(SKIPPED, {**AUDITED, "status": "xfailed"})
+    status, _, err = run_gate(shell)
+    assert status == 2
+    assert len(err) == 1
+    expected = "gate: head: nothing audited: none of its 2 case(s) ran to an audit (1 skipped, 1 xfailed)"
+    assert err[0].startswith(expected)
+    assert "first reason: GPU tier: CUDA is not available on this machine" in err[0]
+    assert not shell.ran("compile_audit.diff")
+
+
+def test_an_empty_report_is_nothing_audited(run_gate):
+    shell = FakeShell()
+    shell.reports["base"] = report()
+    status, _, err = run_gate(shell)
+    assert status == 2
+    assert err[0].startswith("gate: base: nothing audited: the report has no case")
+
+
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        (None, "gate: head: pytest wrote no report"),
+        ("{not json", "gate: head: unreadable report"),
+        ('{"cases": 3}', "is not a compile report (no 'cases' list)"),
+    ],
+)
+def test_an_unusable_report_exits_2(run_gate, content, reason):
+    shell = FakeShell()
+    shell.reports["head"] = content
+    status, _, err = run_gate(shell)
+    assert status == 2 and len(err) == 1 and reason in err[0], err
+
+
+def test_a_stale_report_from_an_earlier_run_is_not_used(run_gate, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "head.json").write_text(json.dumps(report(AUDITED)), encoding="utf-8")
+    shell = FakeShell()
+    shell.reports["head"] = None
+    status, _, err = run_gate(shell)
+    assert status == 2 and "head: pytest wrote no report" in err[0]
+
+
+@pytest.mark.parametrize(("pytest_status", "reason"), [(4, "usage error"), (5, "no tests collected"), (2, "interrupt")])
+def test_pytest_ending_other_than_pass_or_fail_exits_2(run_gate, pytest_status, reason):
+    shell = FakeShell()
+    shell.pytest_status["base"] = pytest_status
+    status, _, err = run_gate(shell)
+    assert status == 2
+    assert err[0].startswith(f"gate: base: pytest exited {pytest_status} ({reason}")
+
+
+def test_failed_cases_are_the_diffs_to_judge_not_an_error(run_gate):
+    shell = FakeShell(diff_status=1)
+    shell.pytest_status["head"] = 1
+    status, _, err = run_gate(shell)
+    assert (status, err) == (1, [])
+
+
+def test_the_gpu_tier_without_cuda_exits_2_before_running_pytest(run_gate):
+    shell = FakeShell(cuda=False)
+    status, _, err = run_gate(shell, "--", "-m", "gpu")
+    assert status == 2
+    assert err[0].startswith("gate: base: the selection (-m 'gpu') runs the GPU tier, but CUDA is unavailable")
+    assert shell.pytest_runs() == []
+
+
+def test_the_gpu_tier_with_cuda_runs(run_gate):
+    shell = FakeShell(cuda=True)
+    status, _, _ = run_gate(shell, "--", "-m", "gpu", "-n", "auto")
+    assert status == 0
+    assert [cmd[-4:] for cmd in shell.pytest_runs()] == [["-m", "gpu", "-n", "auto"]] * 2
+
+
+def test_a_diff_that_cannot_read_the_reports_exits_2(run_gate):
+    shell = FakeShell(diff_status=2, diff_stderr="compile_audit.diff: head.json: no case audited\n")
+    status, _, err = run_gate(shell)
+    assert status == 2
+    assert err == ["gate: diff: python -m compile_audit.diff exited 2: compile_audit.diff: head.json: no case audited"]
+
+
+def test_an_unexpected_failure_exits_2_never_1(run_gate, monkeypatch):
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(gate, "snapshot_checkout", broken)
+    status, _, err = run_gate(FakeShell())
+    assert (status, err) == (2, ["gate: OSError: disk full"])
+
+
+def test_a_work_dir_that_is_not_empty_is_refused(run_gate, tmp_path):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "old").touch()
+    status, _, err = run_gate(FakeShell())
+    assert status == 2 and "is not empty (the venvs must be fresh)" in err[0]
+
+
+# ----------------------------------------------------------------------------- what each side gets
+
+
+def test_head_installs_exactly_the_torch_base_got(run_gate):
+    shell = FakeShell(torch="2.13.0+cpu")
+    run_gate(shell)
+    torch_installs = [cmd[-1] for cmd in shell.ran("pip", "install") if cmd[-1].startswith("torch")]
+    assert torch_installs == ["torch==2.13.0", "torch==2.13.0+cpu"]
+    assert all("-c" in cmd for cmd in shell.ran("pip", "install", "peft==0.21.2"))  # torch pinned under PEFT
+
+
+def test_each_side_has_its_own_venv_and_inductor_cache_and_none_of_the_callers_python_path(run_gate, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/caller/site")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/caller/inductor")
+    shell = FakeShell()
+    run_gate(shell)
+    envs = {shell.side(cmd): env for cmd, env in shell.commands if cmd[1:3] == ["-m", "pytest"]}
+    assert envs["base"]["TORCHINDUCTOR_CACHE_DIR"] != envs["head"]["TORCHINDUCTOR_CACHE_DIR"]
+    for side, env in envs.items():
+        assert env["TORCHINDUCTOR_CACHE_DIR"].endswith(f"/work/{side}/inductor-cache")
+        assert env["VIRTUAL_ENV"].endswith(f"/work/{side}/venv")
+        assert env["PYTHONPATH"].endswith("/work/gate")  # the snapshot, nothing of the caller's
+
+
+def test_the_rerun_of_failed_cases_happens_only_on_request_and_only_when_head_failed(run_gate, tmp_path):
+    shell = FakeShell(diff_status=1)
+    shell.pytest_status["head"] = 1
+    run_gate(shell, "--rerun-failed", "--", "-n", "auto")
+    reruns = [(cmd, env) for cmd, env in shell.commands if "--last-failed" in cmd]
+    assert len(reruns) == 1
+    cmd, env = reruns[0]
+    assert shell.side(cmd) == "head" and cmd[-2:] == ["-n", "auto"] and "--compile-report" not in cmd
+    assert env["TORCH_LOGS"] == "graph_breaks,recompiles_verbose"
+    assert env["TORCH_TRACE"] == str(tmp_path / "out" / "torch-trace")
+
+
+def test_no_rerun_when_head_passed(run_gate, tmp_path):
+    shell = FakeShell(diff_status=0)
+    run_gate(shell, "--rerun-failed")
+    assert not [cmd for cmd, _ in shell.commands if "--last-failed" in cmd]
+
+
+def test_the_snapshot_leaves_out_venvs_version_control_caches_and_the_output(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    kept = ("pyproject.toml", "scripts/gate.py", "tests/out/kept.txt")
+    for path in (*kept, ".git/HEAD", ".ci-venv/pyvenv.cfg", "tests/__pycache__/x.pyc", "out/r.json", "x.egg-info/P"):
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).touch()
+    (repo / "reports" / "gate").mkdir(parents=True)
+    monkeypatch.setattr(gate, "REPO", repo)
+    copy = gate.snapshot_checkout(tmp_path / "copy", skip=[repo / "reports" / "gate"])
+    found = sorted(str(p.relative_to(copy)) for p in copy.rglob("*"))
+    assert found == ["pyproject.toml", "reports", "scripts", "scripts/gate.py", "tests", "tests/out", *kept[2:]]

@@ -710,7 +710,15 @@ _METHOD_LIST = [
 
 METHODS: dict[str, Method] = {m.name: m for m in _METHOD_LIST}
 
-EXCLUDED_PEFT_TYPES: dict[str, str] = {}
+# PeftTypes of older peft releases that a method here covers under their current name. Only those the installed
+# peft exports are excluded, so the exclusions never name a PeftType that does not exist.
+_RETIRED_PEFT_TYPES = {
+    "BONE": "Bone is MiSS under its old name (the miss method); peft deprecated BoneConfig for MissConfig and "
+    "removed it in 0.19",
+}
+EXCLUDED_PEFT_TYPES: dict[str, str] = {
+    name: reason for name, reason in _RETIRED_PEFT_TYPES.items() if name in peft.PeftType.__members__
+}
 
 
 def get_method(method_name: str) -> Method:

@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 import bench_models
 from tests.cases import cases_for
 
+_GATED = ("peft", "transformers", "torch")  # the versions a report must name
+
 
 def expected_cases(model: str, scenario: str) -> list[tuple[str, str]]:
     """(case id, method) of the default CPU selection for the model and scenario."""
@@ -64,7 +66,7 @@ def check(report: dict, model: str, scenario: str) -> tuple[list[str], list[str]
             ran += 1
             if cases[case_id]["status"] == "failed":
                 failed.append(case_id)
-    versions = ", ".join(f"{k} {report['versions'][k]}" for k in ("peft", "transformers", "torch"))
+    versions = ", ".join(f"{k} {report['versions'][k]}" for k in _GATED)
     lines = [f"{versions}: {ran} ran ({len(failed)} failed), {len(skipped)} skipped, {len(problems)} problems"]
     lines += [f"- failed (budgets recorded on another version): {case_id}" for case_id in failed]
     lines += [f"- skipped: {reason}" for reason in skipped]
@@ -75,7 +77,14 @@ def check(report: dict, model: str, scenario: str) -> tuple[list[str], list[str]
 def load_report(path: str) -> dict:
     """The report, if it is from the peft installed here (the expected skips are asked of it)."""
     report = json.loads(Path(path).read_text())
-    installed, recorded = bench_models.library_versions()["peft"], report["versions"]["peft"]
+    versions = report.get("versions") if isinstance(report, dict) else None
+    if (
+        not isinstance(versions, dict)
+        or not set(_GATED) <= versions.keys()
+        or not isinstance(report.get("cases"), list)
+    ):
+        raise ValueError("not a compile report (no versions of peft, transformers and torch, or no list of cases)")
+    installed, recorded = bench_models.library_versions()["peft"], versions["peft"]
     if recorded != installed:
         raise ValueError(f"the report is from peft {recorded}, this environment has peft {installed}")
     return report
@@ -89,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report = load_report(args.report)
-    except (OSError, ValueError, KeyError) as error:
+    except (OSError, ValueError) as error:
         print(f"check_floor: cannot use {args.report}: {error}", file=sys.stderr)
         return 2
     problems, lines = check(report, args.model, args.scenario)

@@ -99,3 +99,6 @@ def test_exit_status(tmp_path, capsys):
     path.write_text(json.dumps(other))
     assert check_floor.main([str(path)]) == 2
     assert f"the report is from peft 0.0.1, this environment has peft {peft.__version__}" in capsys.readouterr().err
+    path.write_text(json.dumps({"versions": {"peft": peft.__version__}, "cases": []}))
+    assert check_floor.main([str(path)]) == 2
+    assert "not a compile report" in capsys.readouterr().err

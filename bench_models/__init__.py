@@ -13,6 +13,7 @@ from .methods import (
     build_peft_model,
     get_method,
     operation_skip_reason,
+    peft_lacks,
     skip_reason,
 )
 from .models import MODELS, ModelSpec, build_base_model, get_spec, library_versions
@@ -37,6 +38,7 @@ __all__ = [
     "make_batch",
     "make_optimizer",
     "operation_skip_reason",
+    "peft_lacks",
     "skip_reason",
     "train_step",
 ]

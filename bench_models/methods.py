@@ -3,14 +3,21 @@
 Each `Method.make_config(spec, rank=None, dropout=None)` returns a fresh PeftConfig sized for `spec`. Unless a
 method needs more, adapters target the attention projections (`spec.attention_modules`, PEFT's own default for
 these architectures), so methods are comparable with each other.
+
+The registry lists every method whatever peft is installed (case ids stay stable); config classes are named, not
+imported, so a method the installed peft lacks (its PeftType, config class, an option or API) is a skip with the
+reason from `skip_reason`, e.g. "pvera: not in peft 0.18.1 (no peft.PeftType.PVERA, peft.PveraConfig)".
 """
 
 from __future__ import annotations
 
 import atexit
+import dataclasses
+import importlib
 import importlib.util
 import shutil
 import tempfile
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,11 +52,25 @@ _OPS_TUNER = frozenset({"multi-adapter", "disable-adapter", "merge-unmerge", "gr
 _OPS_NO_MERGE = _OPS_TUNER - {"merge-unmerge"}
 
 
+Options = dict[str, object]
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """An option value computed only when the config is built (X-LoRA writes its experts to disk)."""
+
+    compute: Callable[[], object]
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
     peft_type: str
-    make_config: Callable[..., peft.PeftConfig] = field(compare=False, repr=False)
+    # The PeftConfig subclass, by name: looked up in the installed peft only when needed, so that a method the
+    # installed peft lacks is a skip with its reason (`skip_reason`), never an import error.
+    config_class: str
+    # (spec, *, rank=None, dropout=None) -> the config's keyword arguments.
+    options: Callable[..., Options] = field(compare=False, repr=False)
     tasks: frozenset[str] = BOTH_TASKS
     unsupported: dict[str, str] = field(default_factory=dict, compare=False)
     requires: tuple[str, ...] = ()
@@ -64,6 +85,14 @@ class Method:
     batch_token_ids: tuple[int, ...] = ()
     # Attributes set on the base model's config before wrapping (X-LoRA refuses use_cache=True).
     base_config_overrides: dict[str, object] = field(default_factory=dict, compare=False)
+    # Other PEFT APIs the method uses, as dotted names ("peft.utils.get_peft_model_state_dict").
+    peft_apis: tuple[str, ...] = ()
+
+    def make_config(self, spec: ModelSpec, *, rank: int | None = None, dropout: float | None = None):
+        """A fresh PeftConfig sized for `spec`, of the installed peft's config class."""
+        options = self.options(spec, rank=rank, dropout=dropout)
+        resolved = {k: v.compute() if isinstance(v, Deferred) else v for k, v in options.items()}
+        return getattr(peft, self.config_class)(**resolved)
 
 
 def _task_type(spec: ModelSpec) -> str:
@@ -81,7 +110,7 @@ def _attn(spec: ModelSpec) -> list[str]:
 # ----------------------------------------------------------------------------------------------- config builders
 
 
-def _lora_config(spec, rank, dropout, **extra) -> peft.LoraConfig:
+def _lora_config(spec, rank, dropout, **extra) -> Options:
     r = _pick(rank, 8)
     kwargs = {
         "task_type": _task_type(spec),
@@ -91,7 +120,7 @@ def _lora_config(spec, rank, dropout, **extra) -> peft.LoraConfig:
         "target_modules": _attn(spec),
     }
     kwargs.update(extra)
-    return peft.LoraConfig(**kwargs)
+    return kwargs
 
 
 def _lora(spec, *, rank=None, dropout=None):
@@ -129,18 +158,18 @@ ADALORA_TOTAL_STEP = 6
 
 def _adalora(spec, *, rank=None, dropout=None):
     r = _pick(rank, 8)
-    return peft.AdaLoraConfig(
-        task_type=_task_type(spec),
-        init_r=r + 4,
-        target_r=r,
-        lora_alpha=2 * r,
-        lora_dropout=_pick(dropout, LORA_DROPOUT),
-        target_modules=_attn(spec),
-        total_step=ADALORA_TOTAL_STEP,
-        tinit=1,
-        tfinal=1,
-        deltaT=1,
-    )
+    return {
+        "task_type": _task_type(spec),
+        "init_r": r + 4,
+        "target_r": r,
+        "lora_alpha": 2 * r,
+        "lora_dropout": _pick(dropout, LORA_DROPOUT),
+        "target_modules": _attn(spec),
+        "total_step": ADALORA_TOTAL_STEP,
+        "tinit": 1,
+        "tfinal": 1,
+        "deltaT": 1,
+    }
 
 
 def _ffn_out(spec: ModelSpec) -> str:
@@ -148,55 +177,63 @@ def _ffn_out(spec: ModelSpec) -> str:
 
 
 def _ia3(spec, *, rank=None, dropout=None):
-    return peft.IA3Config(
-        task_type=_task_type(spec),
-        target_modules=[*_attn(spec), _ffn_out(spec)],
-        feedforward_modules=[_ffn_out(spec)],
-    )
+    return {
+        "task_type": _task_type(spec),
+        "target_modules": [*_attn(spec), _ffn_out(spec)],
+        "feedforward_modules": [_ffn_out(spec)],
+    }
 
 
 def _loha(spec, *, rank=None, dropout=None):
     r = _pick(rank, 8)
-    return peft.LoHaConfig(
-        task_type=_task_type(spec), r=r, alpha=r, rank_dropout=_pick(dropout, 0.0), target_modules=_attn(spec)
-    )
+    return {
+        "task_type": _task_type(spec),
+        "r": r,
+        "alpha": r,
+        "rank_dropout": _pick(dropout, 0.0),
+        "target_modules": _attn(spec),
+    }
 
 
 def _lokr(spec, *, rank=None, dropout=None):
     r = _pick(rank, 8)
-    return peft.LoKrConfig(
-        task_type=_task_type(spec), r=r, alpha=r, rank_dropout=_pick(dropout, 0.0), target_modules=_attn(spec)
-    )
+    return {
+        "task_type": _task_type(spec),
+        "r": r,
+        "alpha": r,
+        "rank_dropout": _pick(dropout, 0.0),
+        "target_modules": _attn(spec),
+    }
 
 
-def _simple(config_cls, *, rank_field=None, dropout_field=None, **fixed):
-    """Builder for methods configured by target_modules plus an optional rank-like and dropout field."""
+def _simple(*, rank_field=None, dropout_field=None, **fixed):
+    """Options of methods configured by target_modules plus an optional rank-like and dropout field."""
 
-    def make_config(spec, *, rank=None, dropout=None):
+    def options(spec, *, rank=None, dropout=None):
         kwargs = {"task_type": _task_type(spec), "target_modules": _attn(spec), **fixed}
         if rank_field and rank is not None:
             kwargs[rank_field] = rank
         if dropout_field and dropout is not None:
             kwargs[dropout_field] = dropout
-        return config_cls(**kwargs)
+        return kwargs
 
-    return make_config
+    return options
 
 
-def _prompt_learning(config_cls, **fixed):
-    def make_config(spec, *, rank=None, dropout=None):
-        return config_cls(task_type=_task_type(spec), num_virtual_tokens=NUM_VIRTUAL_TOKENS, **fixed)
+def _prompt_learning(**fixed):
+    def options(spec, *, rank=None, dropout=None):
+        return {"task_type": _task_type(spec), "num_virtual_tokens": NUM_VIRTUAL_TOKENS, **fixed}
 
-    return make_config
+    return options
 
 
 def _p_tuning(spec, *, rank=None, dropout=None):
-    return peft.PromptEncoderConfig(
-        task_type=_task_type(spec),
-        num_virtual_tokens=NUM_VIRTUAL_TOKENS,
-        encoder_hidden_size=spec.hidden_size,
-        encoder_dropout=_pick(dropout, 0.0),
-    )
+    return {
+        "task_type": _task_type(spec),
+        "num_virtual_tokens": NUM_VIRTUAL_TOKENS,
+        "encoder_hidden_size": spec.hidden_size,
+        "encoder_dropout": _pick(dropout, 0.0),
+    }
 
 
 def _cpt(spec, *, rank=None, dropout=None):
@@ -205,19 +242,26 @@ def _cpt(spec, *, rank=None, dropout=None):
     # prefix type, so the prefix must end on a multiple of 4; with types [1, 1, 1, 1] every label is masked
     # out and the loss is NaN.
     ids = list(TRAINABLE_TOKEN_IDS)
-    return peft.CPTConfig(
-        task_type=_task_type(spec), cpt_token_ids=ids, cpt_mask=[1] * len(ids), cpt_tokens_type_mask=[1, 2, 3, 4]
-    )
+    return {
+        "task_type": _task_type(spec),
+        "cpt_token_ids": ids,
+        "cpt_mask": [1] * len(ids),
+        "cpt_tokens_type_mask": [1, 2, 3, 4],
+    }
 
 
 def _adaption_prompt(spec, *, rank=None, dropout=None):
-    return peft.AdaptionPromptConfig(task_type=_task_type(spec), adapter_len=NUM_VIRTUAL_TOKENS, adapter_layers=1)
+    return {"task_type": _task_type(spec), "adapter_len": NUM_VIRTUAL_TOKENS, "adapter_layers": 1}
 
 
 def _poly(spec, *, rank=None, dropout=None):
-    return peft.PolyConfig(
-        task_type=_task_type(spec), r=_pick(rank, 8), target_modules=_attn(spec), n_tasks=NUM_TASKS, n_skills=4
-    )
+    return {
+        "task_type": _task_type(spec),
+        "r": _pick(rank, 8),
+        "target_modules": _attn(spec),
+        "n_tasks": NUM_TASKS,
+        "n_skills": 4,
+    }
 
 
 def _shadow(spec, *, rank=None, dropout=None):
@@ -225,19 +269,19 @@ def _shadow(spec, *, rank=None, dropout=None):
     kwargs = {"task_type": _task_type(spec), "r": _pick(rank, 8), "shadow_num_hidden_layers": 1}
     if dropout is not None:
         kwargs["shadow_dropout"] = dropout
-    return peft.ShadowConfig(**kwargs)
+    return kwargs
 
 
 def _ln_tuning(spec, *, rank=None, dropout=None):
-    return peft.LNTuningConfig(task_type=_task_type(spec), target_modules=list(spec.layernorm_modules))
+    return {"task_type": _task_type(spec), "target_modules": list(spec.layernorm_modules)}
 
 
 def _trainable_tokens(spec, *, rank=None, dropout=None):
-    return peft.TrainableTokensConfig(
-        task_type=_task_type(spec),
-        token_indices=list(TRAINABLE_TOKEN_IDS),
-        target_modules=[spec.embedding_module],
-    )
+    return {
+        "task_type": _task_type(spec),
+        "token_indices": list(TRAINABLE_TOKEN_IDS),
+        "target_modules": [spec.embedding_module],
+    }
 
 
 # X-LoRA mixes already-trained LoRA experts that it loads from disk. We write two random LoRA experts for the
@@ -254,7 +298,7 @@ def _xlora_experts(spec: ModelSpec, rank: int) -> dict[str, str]:
 
         root = Path(tempfile.mkdtemp(prefix=f"bench_models_xlora_{spec.key}_"))
         atexit.register(shutil.rmtree, root, ignore_errors=True)
-        config = _lora_config(spec, rank, 0.0)
+        config = peft.LoraConfig(**_lora_config(spec, rank, 0.0))
         with torch.device("meta"):
             base = auto_model_class(spec).from_config(spec.hf_config())
         shapes = {k: v.shape for k, v in get_peft_model_state_dict(peft.get_peft_model(base, config)).items()}
@@ -273,12 +317,13 @@ def _xlora_experts(spec: ModelSpec, rank: int) -> dict[str, str]:
 
 
 def _xlora(spec, *, rank=None, dropout=None):
-    return peft.XLoraConfig(
-        task_type=_task_type(spec),
-        hidden_size=spec.hidden_size,
-        adapters=_xlora_experts(spec, _pick(rank, 8)),
-        xlora_depth=1,
-    )
+    rank = _pick(rank, 8)
+    return {
+        "task_type": _task_type(spec),
+        "hidden_size": spec.hidden_size,
+        "adapters": Deferred(lambda: _xlora_experts(spec, rank)),
+        "xlora_depth": 1,
+    }
 
 
 # --------------------------------------------------------------------------------------------------- registry
@@ -305,18 +350,34 @@ _GC_PREFIX = "gradient checkpointing drops the cache, so the prefix keys/values 
 
 _METHOD_LIST = [
     # LoRA and its variants
-    Method("lora", "LORA", _lora, operations=_ALL_OPS, note="r=8, alpha=16, dropout 0.1 on the q/v projections"),
+    Method(
+        "lora",
+        "LORA",
+        "LoraConfig",
+        _lora,
+        operations=_ALL_OPS,
+        note="r=8, alpha=16, dropout 0.1 on the q/v projections",
+    ),
     Method(
         "lora-dora",
         "LORA",
+        "LoraConfig",
         _lora_dora,
         operations=_NO_MIX_SWAP,
         note="use_dora; PEFT refuses adapter_names with DoRA and hotswap does not know the magnitude vector",
     ),
-    Method("lora-rslora", "LORA", _lora_rslora, operations=_ALL_OPS, note="use_rslora (alpha/sqrt(r) scaling)"),
+    Method(
+        "lora-rslora",
+        "LORA",
+        "LoraConfig",
+        _lora_rslora,
+        operations=_ALL_OPS,
+        note="use_rslora (alpha/sqrt(r) scaling)",
+    ),
     Method(
         "lora-embedding",
         "LORA",
+        "LoraConfig",
         _lora_embedding,
         operations=_NO_SWAP,
         unsupported_operations={"qwen2": _NO_MERGE_TIED, "opt": _NO_MERGE_TIED},
@@ -326,6 +387,7 @@ _METHOD_LIST = [
     Method(
         "lora-modules-to-save",
         "LORA",
+        "LoraConfig",
         _lora_modules_to_save,
         operations=_NO_SWAP,
         architecture_specific=False,
@@ -334,6 +396,7 @@ _METHOD_LIST = [
     Method(
         "lora-trainable-token-indices",
         "LORA",
+        "LoraConfig",
         _lora_trainable_tokens,
         operations=_NO_SWAP,
         architecture_specific=False,
@@ -343,6 +406,7 @@ _METHOD_LIST = [
     Method(
         "lora-bias",
         "LORA",
+        "LoraConfig",
         _lora_bias,
         operations=_ALL_OPS,
         unsupported_operations={"llama": _NO_MERGE_NO_BIAS},
@@ -351,6 +415,7 @@ _METHOD_LIST = [
     Method(
         "adalora",
         "ADALORA",
+        "AdaLoraConfig",
         _adalora,
         operations=_OPS_TUNER - {"multi-adapter"},
         note=f"init_r=12 -> target_r=8, total_step={ADALORA_TOTAL_STEP} so rank pruning happens within a few steps; "
@@ -358,56 +423,63 @@ _METHOD_LIST = [
         "update_and_allocate only tracks that one",
     ),
     # Other adapter (tuner) methods
-    Method("ia3", "IA3", _ia3, note="attention q/v (k/v) + FFN output projection as feedforward_modules"),
-    Method("loha", "LOHA", _loha, note="r=8, alpha=8"),
-    Method("lokr", "LOKR", _lokr, note="r=8, alpha=8"),
-    Method("boft", "BOFT", _simple(peft.BOFTConfig, dropout_field="boft_dropout"), note="defaults (block size 4)"),
-    Method("oft", "OFT", _simple(peft.OFTConfig, dropout_field="module_dropout"), note="defaults (block size 32)"),
-    Method("hra", "HRA", _simple(peft.HRAConfig, rank_field="r"), note="defaults (r=8)"),
+    Method("ia3", "IA3", "IA3Config", _ia3, note="attention q/v (k/v) + FFN output projection as feedforward_modules"),
+    Method("loha", "LOHA", "LoHaConfig", _loha, note="r=8, alpha=8"),
+    Method("lokr", "LOKR", "LoKrConfig", _lokr, note="r=8, alpha=8"),
+    Method("boft", "BOFT", "BOFTConfig", _simple(dropout_field="boft_dropout"), note="defaults (block size 4)"),
+    Method("oft", "OFT", "OFTConfig", _simple(dropout_field="module_dropout"), note="defaults (block size 32)"),
+    Method("hra", "HRA", "HRAConfig", _simple(rank_field="r"), note="defaults (r=8)"),
     Method(
         "vera",
         "VERA",
-        _simple(peft.VeraConfig, rank_field="r", dropout_field="vera_dropout"),
+        "VeraConfig",
+        _simple(rank_field="r", dropout_field="vera_dropout"),
         note="defaults (r=256 shared projections)",
     ),
     Method(
         "pvera",
         "PVERA",
-        _simple(peft.PveraConfig, rank_field="r", dropout_field="pvera_dropout"),
+        "PveraConfig",
+        _simple(rank_field="r", dropout_field="pvera_dropout"),
         note="defaults (r=256 shared projections)",
     ),
     Method(
         "fourierft",
         "FOURIERFT",
-        _simple(peft.FourierFTConfig, n_frequency=256),
+        "FourierFTConfig",
+        _simple(n_frequency=256),
         note="n_frequency=256 (default 1000 is half of a 64x32 tiny weight)",
     ),
     Method(
         "vblora",
         "VBLORA",
-        _simple(peft.VBLoRAConfig, rank_field="r", dropout_field="vblora_dropout", vector_length=16, num_vectors=32),
+        "VBLoRAConfig",
+        _simple(rank_field="r", dropout_field="vblora_dropout", vector_length=16, num_vectors=32),
         note="vector_length=16 must divide every in/out feature (64, 32; default 256); 32-vector bank",
     ),
     Method(
         "poly",
         "POLY",
+        "PolyConfig",
         _poly,
         operations=frozenset({"multi-adapter", "disable-adapter", "generate"}),
         note=f"n_tasks={NUM_TASKS}, n_skills=4, the batch carries task_ids. No merge (NotImplementedError); no "
         "gradient checkpointing (the recompute runs outside the hook that injects task_ids)",
         batch_keys=("task_ids",),
     ),
-    Method("ln-tuning", "LN_TUNING", _ln_tuning, note="trains copies of the layer norms"),
+    Method("ln-tuning", "LN_TUNING", "LNTuningConfig", _ln_tuning, note="trains copies of the layer norms"),
     Method(
         "c3a",
         "C3A",
-        _simple(peft.C3AConfig, block_size=16),
+        "C3AConfig",
+        _simple(block_size=16),
         note="block_size=16 must divide in and out features (default 256 > tiny dims)",
     ),
     Method(
         "road",
         "ROAD",
-        _simple(peft.RoadConfig, group_size=16),
+        "RoadConfig",
+        _simple(group_size=16),
         operations=_TUNER_MIX,
         unsupported_operations={SEQ_CLS: _NO_MIX_SEQ_CLS},
         note="group_size=16 must divide out_features (32 for the kv projections; default 64)",
@@ -415,106 +487,122 @@ _METHOD_LIST = [
     Method(
         "shira",
         "SHIRA",
-        _simple(peft.ShiraConfig, rank_field="r", r=4, random_seed=0),
+        "ShiraConfig",
+        _simple(rank_field="r", r=4, random_seed=0),
         note="r=4: default r=32 asks for more sparse params than a 64x32 weight has; mask seeded",
     ),
     Method(
         "waveft",
         "WAVEFT",
-        _simple(peft.WaveFTConfig, n_frequency=256),
+        "WaveFTConfig",
+        _simple(n_frequency=256),
         note="n_frequency=256: default 2592 exceeds a 64x32 weight",
     ),
-    Method("hira", "HIRA", _simple(peft.HiraConfig, rank_field="r", dropout_field="hira_dropout"), note="defaults"),
+    Method("hira", "HIRA", "HiraConfig", _simple(rank_field="r", dropout_field="hira_dropout"), note="defaults"),
     Method(
         "gralora",
         "GRALORA",
-        _simple(peft.GraloraConfig, rank_field="r", dropout_field="gralora_dropout"),
+        "GraloraConfig",
+        _simple(rank_field="r", dropout_field="gralora_dropout"),
         note="defaults (r=32, k=2)",
     ),
     Method(
         "lily",
         "LILY",
-        _simple(peft.LilyConfig, rank_field="r"),
+        "LilyConfig",
+        _simple(rank_field="r"),
         operations=_OPS_NO_MERGE,
         note="defaults; PEFT has no merge for Lily",
     ),
     Method(
         "glora",
         "GLORA",
-        _simple(peft.GloraConfig, rank_field="r"),
+        "GloraConfig",
+        _simple(rank_field="r"),
         operations=_TUNER_MIX,
         unsupported_operations={SEQ_CLS: _NO_MIX_SEQ_CLS},
         note="defaults",
     ),
-    Method("deft", "DEFT", _simple(peft.DeftConfig, rank_field="r", dropout_field="deft_dropout"), note="defaults"),
+    Method("deft", "DEFT", "DeftConfig", _simple(rank_field="r", dropout_field="deft_dropout"), note="defaults"),
     Method(
         "delora",
         "DELORA",
-        _simple(peft.DeloraConfig, rank_field="r", dropout_field="module_dropout"),
+        "DeloraConfig",
+        _simple(rank_field="r", dropout_field="module_dropout"),
         note="defaults",
     ),
     Method(
         "frod",
         "FROD",
-        _simple(peft.FrodConfig, dropout_field="frod_dropout", progressbar=False),
+        "FrodConfig",
+        _simple(dropout_field="frod_dropout", progressbar=False),
         note="defaults (progress bar off)",
     ),
     Method(
         "randlora",
         "RANDLORA",
-        _simple(peft.RandLoraConfig, rank_field="r", dropout_field="randlora_dropout"),
+        "RandLoraConfig",
+        _simple(rank_field="r", dropout_field="randlora_dropout"),
         note="defaults",
     ),
     Method(
         "tinylora",
         "TINYLORA",
-        _simple(peft.TinyLoraConfig, rank_field="r", dropout_field="tinylora_dropout"),
+        "TinyLoraConfig",
+        _simple(rank_field="r", dropout_field="tinylora_dropout"),
         note="defaults",
     ),
     Method(
         "unilora",
         "UNILORA",
-        _simple(peft.UniLoraConfig, rank_field="r", dropout_field="unilora_dropout"),
+        "UniLoraConfig",
+        _simple(rank_field="r", dropout_field="unilora_dropout"),
         note="defaults",
     ),
-    Method("miss", "MISS", _simple(peft.MissConfig, dropout_field="miss_dropout"), note="defaults"),
+    Method("miss", "MISS", "MissConfig", _simple(dropout_field="miss_dropout"), note="defaults"),
     Method(
         "osf",
         "OSF",
-        _simple(peft.OSFConfig),
+        "OSFConfig",
+        _simple(),
         operations=_OPS_NO_MERGE,
         note="defaults (effective_rank = half the smaller dim); PEFT's OSF cannot unmerge",
     ),
-    Method("peanut", "PEANUT", _simple(peft.PeanutConfig, rank_field="r"), note="defaults"),
+    Method("peanut", "PEANUT", "PeanutConfig", _simple(rank_field="r"), note="defaults"),
     Method(
         "psoft",
         "PSOFT",
-        _simple(peft.PsoftConfig, rank_field="r", dropout_field="psoft_dropout"),
+        "PsoftConfig",
+        _simple(rank_field="r", dropout_field="psoft_dropout"),
         note="defaults (SVD init)",
     ),
     Method(
         "supertuning",
         "SUPERTUNING",
-        _simple(peft.SupertuningConfig, dropout_field="lora_dropout"),
+        "SupertuningConfig",
+        _simple(dropout_field="lora_dropout"),
         note="defaults (sparsity 0.99)",
     ),
     Method(
         "beft",
         "BEFT",
-        _simple(peft.BeftConfig),
+        "BeftConfig",
+        _simple(),
         unsupported_operations={"llama": _NO_MERGE_NO_BIAS},
         note="defaults (bias terms of the targeted layers)",
     ),
     Method(
         "adamss",
         "ADAMSS",
-        _simple(peft.AdamssConfig, r=16, num_subspaces=4, subspace_rank=1),
+        "AdamssConfig",
+        _simple(r=16, num_subspaces=4, subspace_rank=1),
         requires=("sklearn",),
         note="r=16 SVD rank (default 100 > tiny dims), 4 subspaces; needs scikit-learn (KMeans)",
     ),
     Method(
         "shadow",
         "SHADOW",
+        "ShadowConfig",
         _shadow,
         tasks=CAUSAL_ONLY,
         operations=_OPS_NO_MERGE,
@@ -524,16 +612,19 @@ _METHOD_LIST = [
     Method(
         "xlora",
         "XLORA",
+        "XLoraConfig",
         _xlora,
         tasks=CAUSAL_ONLY,
         operations=frozenset({"disable-adapter", "generate"}),
         note="2 random LoRA experts written to a temp dir, depth-1 classifier, use_cache off. Seq-cls fails to load "
         "the experts' classifier; gradient checkpointing trips a CheckpointError; merge is not meaningful",
         base_config_overrides={"use_cache": False},
+        peft_apis=("peft.utils.get_peft_model_state_dict",),
     ),
     Method(
         "trainable-tokens",
         "TRAINABLE_TOKENS",
+        "TrainableTokensConfig",
         _trainable_tokens,
         unsupported_operations={
             "qwen2": {"multi-adapter": f"{_TIED}: a second adapter fails ('wraps an unknown layer type')"},
@@ -548,7 +639,8 @@ _METHOD_LIST = [
     Method(
         "prompt-tuning",
         "PROMPT_TUNING",
-        _prompt_learning(peft.PromptTuningConfig),
+        "PromptTuningConfig",
+        _prompt_learning(),
         operations=_OPS_NO_MERGE,
         unsupported_operations={SEQ_CLS: _PROMPT_SEQ_CLS},
         note=f"{NUM_VIRTUAL_TOKENS} random virtual tokens",
@@ -556,7 +648,8 @@ _METHOD_LIST = [
     Method(
         "multitask-prompt-tuning",
         "MULTITASK_PROMPT_TUNING",
-        _prompt_learning(peft.MultitaskPromptTuningConfig, num_tasks=NUM_TASKS),
+        "MultitaskPromptTuningConfig",
+        _prompt_learning(num_tasks=NUM_TASKS),
         operations=_OPS_NO_MERGE,
         unsupported_operations={SEQ_CLS: _PROMPT_SEQ_CLS},
         note=f"{NUM_VIRTUAL_TOKENS} virtual tokens, {NUM_TASKS} tasks; the batch carries task_ids",
@@ -565,6 +658,7 @@ _METHOD_LIST = [
     Method(
         "p-tuning",
         "P_TUNING",
+        "PromptEncoderConfig",
         _p_tuning,
         operations=_OPS_NO_MERGE,
         unsupported_operations={SEQ_CLS: _PROMPT_SEQ_CLS},
@@ -573,7 +667,8 @@ _METHOD_LIST = [
     Method(
         "prefix-tuning",
         "PREFIX_TUNING",
-        _prompt_learning(peft.PrefixTuningConfig),
+        "PrefixTuningConfig",
+        _prompt_learning(),
         unsupported={"bert": _PREFIX_NOT_BERT},
         operations=_OPS_NO_MERGE - {"gradient-checkpointing"},
         architecture_specific=True,
@@ -583,7 +678,8 @@ _METHOD_LIST = [
     Method(
         "cartridge",
         "CARTRIDGE",
-        _prompt_learning(peft.CartridgeConfig),
+        "CartridgeConfig",
+        _prompt_learning(),
         unsupported={"bert": _PREFIX_NOT_BERT},
         operations=_OPS_NO_MERGE - {"gradient-checkpointing"},
         architecture_specific=True,
@@ -593,6 +689,7 @@ _METHOD_LIST = [
     Method(
         "cpt",
         "CPT",
+        "CPTConfig",
         _cpt,
         tasks=CAUSAL_ONLY,
         operations=_OPS_NO_MERGE,
@@ -601,6 +698,7 @@ _METHOD_LIST = [
     Method(
         "adaption-prompt",
         "ADAPTION_PROMPT",
+        "AdaptionPromptConfig",
         _adaption_prompt,
         tasks=CAUSAL_ONLY,
         unsupported={"qwen2": _ADAPTION_ARCHS, "opt": _ADAPTION_ARCHS, "bert": _ADAPTION_ARCHS},
@@ -612,7 +710,15 @@ _METHOD_LIST = [
 
 METHODS: dict[str, Method] = {m.name: m for m in _METHOD_LIST}
 
-EXCLUDED_PEFT_TYPES: dict[str, str] = {}
+# PeftTypes of older peft releases that a method here covers under their current name. Only those the installed
+# peft exports are excluded, so the exclusions never name a PeftType that does not exist.
+_RETIRED_PEFT_TYPES = {
+    "BONE": "Bone is MiSS under its old name (the miss method); peft deprecated BoneConfig for MissConfig and "
+    "removed it in 0.19",
+}
+EXCLUDED_PEFT_TYPES: dict[str, str] = {
+    name: reason for name, reason in _RETIRED_PEFT_TYPES.items() if name in peft.PeftType.__members__
+}
 
 
 def get_method(method_name: str) -> Method:
@@ -622,10 +728,68 @@ def get_method(method_name: str) -> Method:
         raise ValueError(f"unknown method {method_name!r}; valid methods: {', '.join(METHODS)}") from None
 
 
+# ------------------------------------------------------------------------------------ what the installed peft has
+
+# Lifecycle operations that need a PEFT API beyond get_peft_model, as dotted names.
+OPERATION_PEFT_APIS: dict[str, tuple[str, ...]] = {
+    "hotswap": ("peft.utils.hotswap.hotswap_adapter", "peft.utils.hotswap.prepare_model_for_compiled_hotswap"),
+}
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether a dotted name ("peft.PveraConfig", "peft.PeftType.LORA", "peft.utils.hotswap.x") is installed."""
+    head, *rest = dotted.split(".")
+    obj = importlib.import_module(head)
+    for part in rest:
+        if hasattr(obj, part):
+            obj = getattr(obj, part)
+        elif isinstance(obj, types.ModuleType):
+            try:
+                obj = importlib.import_module(f"{obj.__name__}.{part}")
+            except ImportError:
+                return False
+        else:
+            return False
+    return True
+
+
+def _missing_apis(names) -> list[str]:
+    return [name for name in names if not _resolves(name)]
+
+
+def _unknown_options(config_class, options: Options) -> list[str]:
+    """The option names the config class does not declare (PEFT configs are dataclasses)."""
+    if not dataclasses.is_dataclass(config_class):
+        return []
+    return sorted(set(options) - {f.name for f in dataclasses.fields(config_class)})
+
+
+def _not_in_peft(what: str, detail: str) -> str:
+    return f"{what}: not in peft {peft.__version__} ({detail})"
+
+
+def peft_lacks(model_key: str, method_name: str) -> str | None:
+    """Why the installed peft cannot build the method (its PeftType, config class, an option or API), or None."""
+    method, spec = get_method(method_name), get_spec(model_key)
+    needed = (f"peft.PeftType.{method.peft_type}", f"peft.{method.config_class}", *method.peft_apis)
+    missing = _missing_apis(needed)
+    if missing:
+        return _not_in_peft(method.name, f"no {', '.join(missing)}")
+    # rank and dropout given, so that the options they switch on are checked too.
+    options = method.options(spec, rank=8, dropout=0.0)
+    unknown = _unknown_options(getattr(peft, method.config_class), options)
+    if unknown:
+        return _not_in_peft(method.name, f"{method.config_class} has no option {', '.join(unknown)}")
+    return None
+
+
 def skip_reason(model_key: str, method_name: str) -> str | None:
     """Why (model, method) cannot run here, or None."""
     spec = get_spec(model_key)
     method = get_method(method_name)
+    lacking = peft_lacks(model_key, method_name)
+    if lacking:
+        return lacking
     if spec.task not in method.tasks:
         return f"{method.name} does not support task {spec.task} (supports: {', '.join(sorted(method.tasks))})"
     if spec.arch in method.unsupported:
@@ -646,6 +810,9 @@ def operation_skip_reason(model_key: str, method_name: str, operation: str) -> s
     method, spec = get_method(method_name), get_spec(model_key)
     if operation not in method.operations:
         return f"PEFT does not support {operation} for {method_name}"
+    missing = _missing_apis(OPERATION_PEFT_APIS.get(operation, ()))
+    if missing:
+        return _not_in_peft(operation, f"no {', '.join(missing)}")
     for selector in (spec.arch, spec.task):
         if operation in method.unsupported_operations.get(selector, {}):
             return f"{operation} for {method_name} on {selector}: {method.unsupported_operations[selector][operation]}"

@@ -1,11 +1,20 @@
-"""Every PEFT method the installed peft exports has a compile case, or an exclusion that says why."""
+"""Every PEFT method the installed peft exports has a compile case, or an exclusion that says why; every method
+the installed peft lacks is a skip that says so."""
 
 from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import subprocess
+import sys
 
 import peft
 import pytest
 
-from bench_models import EXCLUDED_PEFT_TYPES, METHODS, MODELS, skip_reason
+from bench_models import EXCLUDED_PEFT_TYPES, METHODS, MODELS, operation_skip_reason, peft_lacks, skip_reason
+
+TINY = [key for key, spec in MODELS.items() if not spec.full_size]
 
 
 def uncovered_peft_types(peft_types, methods, excluded) -> list[str]:
@@ -29,13 +38,88 @@ def test_exclusions_have_reasons_and_are_not_also_covered():
 
 @pytest.mark.selftest
 def test_a_new_peft_type_fails_the_coverage_check():
-    import enum
-
     future = enum.Enum("PeftType", [*(t.name for t in peft.PeftType), "BRAND_NEW"])
     assert uncovered_peft_types(future, METHODS, EXCLUDED_PEFT_TYPES) == ["BRAND_NEW"]
 
 
 def test_every_method_runs_somewhere():
-    tiny = [key for key, spec in MODELS.items() if not spec.full_size]
-    nowhere = [name for name in METHODS if all(skip_reason(model, name) for model in tiny)]
+    available = [name for name in METHODS if not peft_lacks("llama-tiny", name)]
+    nowhere = [name for name in available if all(skip_reason(model, name) for model in TINY)]
     assert not nowhere, f"methods that skip on every tiny model (give them a model or exclude them): {nowhere}"
+
+
+def test_every_method_of_an_exported_peft_type_is_buildable():
+    """A misspelt config class or option would otherwise turn a method into a skip on every peft."""
+    exported = set(peft.PeftType.__members__)
+    lacking = {
+        f"{model}/{name}": peft_lacks(model, name)
+        for name, method in METHODS.items()
+        if method.peft_type in exported
+        for model in TINY
+        if peft_lacks(model, name)
+    }
+    assert not lacking, f"peft {peft.__version__} exports their PeftType, yet the registry says: {lacking}"
+
+
+# ------------------------------------------------------------------------------ a peft that lacks a method
+
+
+def test_a_missing_config_class_is_a_skip_with_the_reason(monkeypatch):
+    monkeypatch.delattr(peft, "VeraConfig")
+    expected = f"vera: not in peft {peft.__version__} (no peft.VeraConfig)"
+    assert skip_reason("llama-tiny", "vera") == expected
+    assert operation_skip_reason("llama-tiny", "vera", "multi-adapter") == expected
+    assert skip_reason("llama-tiny", "lora") is None
+
+
+def test_a_missing_peft_type_is_a_skip_with_the_reason(monkeypatch):
+    older = enum.Enum("PeftType", [name for name in peft.PeftType.__members__ if name != "VERA"])
+    monkeypatch.setattr(peft, "PeftType", older)
+    assert skip_reason("llama-tiny", "vera") == f"vera: not in peft {peft.__version__} (no peft.PeftType.VERA)"
+
+
+def test_a_missing_config_option_is_a_skip_with_the_reason(monkeypatch):
+    @dataclasses.dataclass
+    class LoraConfigWithoutLoraBias:  # what LoraConfig was before it had `lora_bias`
+        task_type: str | None = None
+        r: int = 8
+        lora_alpha: int = 8
+        lora_dropout: float = 0.0
+        target_modules: list[str] | None = None
+
+    monkeypatch.setattr(peft, "LoraConfig", LoraConfigWithoutLoraBias)
+    assert skip_reason("llama-tiny", "lora-bias") == (
+        f"lora-bias: not in peft {peft.__version__} (LoraConfig has no option lora_bias)"
+    )
+    assert skip_reason("llama-tiny", "lora") is None
+
+
+def test_a_missing_operation_api_is_a_skip_with_the_reason(monkeypatch):
+    import peft.utils.hotswap
+
+    monkeypatch.delattr(peft.utils.hotswap, "hotswap_adapter")
+    assert operation_skip_reason("llama-tiny", "lora", "hotswap") == (
+        f"hotswap: not in peft {peft.__version__} (no peft.utils.hotswap.hotswap_adapter)"
+    )
+    assert operation_skip_reason("llama-tiny", "lora", "merge-unmerge") is None
+
+
+# Every config class but LoRA's removed: the registry must still import, and say why for every other method.
+_STRIPPED_PEFT = """
+import json
+import peft
+for name in [n for n in dir(peft) if n.endswith("Config") and n not in ("PeftConfig", "LoraConfig")]:
+    delattr(peft, name)
+import bench_models
+print(json.dumps({name: bench_models.skip_reason("llama-tiny", name) for name in bench_models.METHODS}))
+"""
+
+
+def test_the_registry_imports_on_a_peft_without_the_config_classes():
+    result = subprocess.run([sys.executable, "-c", _STRIPPED_PEFT], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"importing bench_models on a stripped peft failed:\n{result.stderr[-3000:]}"
+    reasons = json.loads(result.stdout.strip().splitlines()[-1])
+    runnable = sorted(name for name, reason in reasons.items() if reason is None)
+    assert runnable == sorted(name for name, m in METHODS.items() if m.config_class == "LoraConfig")
+    wrong = {name: r for name, r in reasons.items() if r and not r.startswith(f"{name}: not in peft ")}
+    assert not wrong, f"skips without the 'not in peft' reason: {wrong}"

@@ -25,9 +25,12 @@ CORE_ON_LLAMA_SCENARIOS = ("depth",)
 # The trainer scenario runs these by default on the same two models.
 TRAINER_DEFAULT_METHODS = ("lora", "lora-dora", "ia3", "prompt-tuning")
 
-# Beyond llama-tiny (every method), each other architecture runs CORE_METHODS plus every method with
-# architecture-specific code; the whole product is behind --full-matrix. The GPU tier runs CORE_METHODS too
-# (inductor compiles take seconds to minutes each).
+# Beyond llama-tiny (every method), each other architecture runs the clean core methods plus every method with
+# architecture-specific code; the whole product is behind --full-matrix. DoRA and LoHa on the other tiny models
+# (known failures: they hit Dynamo's recompile limit in transformers' deprecation wrapper, as on llama-tiny) cost
+# 90 s of the 10-minute default run, so they run with --full-matrix. The GPU tier runs CORE_METHODS (inductor
+# compiles take seconds to minutes each).
+OTHER_ARCHITECTURE_METHODS = ("lora", "ia3", "prompt-tuning")
 DEFAULT_FULL_METHOD_MODEL = "llama-tiny"
 GPU_MODELS = ("llama-tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b")
 
@@ -86,7 +89,7 @@ def _cpu_methods(model: str, scenario: str, full_matrix: bool) -> list[str]:
         return [m for m in LIFECYCLE_DEFAULT_METHODS if m in METHODS and model in LIFECYCLE_DEFAULT_MODELS]
     if model == DEFAULT_FULL_METHOD_MODEL:
         return list(METHODS)
-    return [m for m in METHODS if m in CORE_METHODS or METHODS[m].architecture_specific]
+    return [m for m in METHODS if m in OTHER_ARCHITECTURE_METHODS or METHODS[m].architecture_specific]
 
 
 def cases_for(scenario: str, *, full_matrix: bool = False, cpu_backend: str = "eager") -> list[Case]:

@@ -51,14 +51,16 @@ def _growth_explained(budget) -> bool:
 
 @pytest.mark.scenario("depth")
 def test_depth(case, device, make_peft_model, case_audit):
+    _run(case_audit, make_peft_model(num_layers=DEPTH, **case.model_overrides), case, device)
+    case_audit.steady_state_after(FIRST_CYCLE_ENDS)
+    deep = case_audit.result
+    if deep.limit_hits:  # Dynamo gave up at depth: the case fails on that, whatever one layer compiles
+        return
+
     shallow = PhaseAudit(case.backend)
     torch._dynamo.reset()
     _run(shallow, make_peft_model(num_layers=1, **case.model_overrides), case, device)
     shallow_frames = sum(p.frames_compiled for p in shallow.phases)
-
-    _run(case_audit, make_peft_model(num_layers=DEPTH, **case.model_overrides), case, device)
-    case_audit.steady_state_after(FIRST_CYCLE_ENDS)
-    deep = case_audit.result
     grew = []
     if deep.frames_compiled != shallow_frames:
         grew.append(f"frames compiled {deep.frames_compiled} at {DEPTH} layers vs {shallow_frames} at 1 layer")

@@ -19,6 +19,11 @@ from compile_audit.verdict import Verdict, judge
 _BACKEND_NAMES = itertools.count()
 
 
+class KnownFailureConfirmed(Exception):
+    """Raised at the end of a phase in which Dynamo hit its recompile limit, when the case's budget records a
+    known failure: the verdict (an expected failure) cannot change any more, so the scenario stops there."""
+
+
 class CaseAudit:
     """Everything one case measured. Checks that are not budgets (parity with eager, weights that must
     change) are reported with :meth:`expect`; :meth:`verdict` judges everything at once, so one run tells
@@ -62,6 +67,8 @@ class CaseAudit:
             raise RuntimeError("phase() before compile()")
         with self._phases.phase(name, kind, expect) as record:
             yield record
+        if record.limit_hits and self.budget.known_failure:
+            raise KnownFailureConfirmed(f"{self.case_id}: recompile limit hit in {name}")
 
     def steady_state_after(self, phase_name: str) -> None:
         """From the next phase on, the case must compile nothing."""

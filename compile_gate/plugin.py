@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from compile_audit.budgets import BudgetFile, BudgetFileError
-from compile_audit.case import CaseAudit
+from compile_audit.case import CaseAudit, KnownFailureConfirmed
 from compile_audit.notes import auto_note
 from compile_audit.report import summary_table
 from compile_audit.verdict import observed
@@ -85,9 +85,13 @@ def _is_worker(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    """Judge the case's audit when the test body has returned (a body that raised has failed already)."""
-    result = yield
+    """Judge the case's audit when the test body has returned (a body that raised has failed already), or when
+    the audit stopped it because a known failure hit the recompile limit again (the verdict is settled)."""
     audit = item.stash.get(AUDIT, None)
+    try:
+        result = yield
+    except KnownFailureConfirmed:
+        result = None
     if audit is not None:
         _judge(item, audit)
     return result

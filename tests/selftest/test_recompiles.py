@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from compile_audit.budgets import Budget
-from compile_audit.case import CaseAudit
+from compile_audit.case import CaseAudit, KnownFailureConfirmed
 from compile_audit.guards import parse_guard_failure
 from compile_audit.verdict import Kind
 from tests.selftest import toys
@@ -107,3 +107,12 @@ def test_recompile_limit_hit_fails_whatever_the_budget_and_never_asks_to_tighten
     known = CaseAudit("toy/counter/limit", Budget(known_failure="recompiles until the limit", recorded=True))
     known.result = audit.result
     assert known.verdict().status == "xfailed"
+
+
+def test_known_failure_stops_at_the_phase_that_hits_the_limit():
+    """Once a known failure hits the limit again its verdict is settled: the scenario stops, saving the rest."""
+    audit = CaseAudit("toy/counter/limit", Budget(known_failure="recompiles until the limit", recorded=True))
+    with torch._dynamo.config.patch(recompile_limit=2), pytest.raises(KnownFailureConfirmed, match="train-2"):
+        _run(audit, toys.CountsCalls(), [(f"train-{i}", "train", 2) for i in range(5)], dynamic=True)
+    assert [p.name for p in audit.result.phases] == ["train-0", "train-1", "train-2"]
+    assert audit.verdict().status == "xfailed"

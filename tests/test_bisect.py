@@ -160,8 +160,14 @@ def test_untestable_when_missing_or_not_audited():
 
 
 def test_evidence_names_counts_new_breaks_with_source_and_new_guards():
-    lines = evidence(clean_case(), dora_case())
-    assert "status passed -> failed" in lines
+    failing = dora_case()
+    failing["message"] = "llama-tiny/lora-dora/train-eval-train: graph breaks 13/0\n- over budget"
+    lines = evidence(clean_case(), failing)
+    assert lines[:3] == [
+        "status passed -> failed",
+        "    after: llama-tiny/lora-dora/train-eval-train: graph breaks 13/0",
+        "graph breaks 0 -> 13 (+13)",
+    ]
     assert "graph breaks 0 -> 13 (+13)" in lines
     assert f"new break at peft/utils/integrations.py:90 (x13): {DORA_REASON}\n      {DORA_SOURCE}" in lines
     assert (

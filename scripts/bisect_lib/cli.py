@@ -20,7 +20,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from scripts.bisect_lib import history, releases
-from scripts.bisect_lib.driver import BisectError, Candidate, Change, Measurement, NoChange, find_change
+from scripts.bisect_lib.driver import (
+    VERDICT_WORDS,
+    BisectError,
+    Candidate,
+    Change,
+    Measurement,
+    NoChange,
+    find_change,
+    verdict_of,
+)
 from scripts.bisect_lib.history import HistoryError
 from scripts.bisect_lib.lab import (
     DEFAULT_TIMEOUT,
@@ -227,13 +236,13 @@ def progress(candidate: Candidate, measurement: Measurement, word: str) -> None:
     say(f"{candidate.label}: {word} — {measurement.summary()}")
 
 
-def step_lines(candidates: list[Candidate], measurements: dict[int, Measurement], good_signature) -> list[str]:
+def step_lines(candidates: list[Candidate], measurements: dict[int, Measurement]) -> list[str]:
+    """Every measured candidate in order: label, verdict against good (index 0), signature."""
     width = max(len(candidates[i].label) for i in measurements)
+    good = measurements[0].signature
     lines = []
-    for index in sorted(measurements):
-        measurement = measurements[index]
-        word = "good" if index == 0 else "untestable" if measurement.untestable else None
-        word = word or ("same as good" if measurement.signature == good_signature else "changed")
+    for index, measurement in sorted(measurements.items()):
+        word = "good" if index == 0 else VERDICT_WORDS[verdict_of(measurement, good).kind]
         lines.append(f"  {candidates[index].label.ljust(width)}  {word:<12}  {measurement.summary()}")
     return lines
 
@@ -249,7 +258,7 @@ def change_text(mode: GitMode | VersionsMode, case_id: str, change: Change) -> l
     ]
     skipped = sum(1 for m in change.measurements.values() if m.untestable)
     lines.append(f"steps ({len(change.measurements)} measured, {skipped} untestable):")
-    return lines + step_lines(change.candidates, change.measurements, change.measurements[0].signature)
+    return lines + step_lines(change.candidates, change.measurements)
 
 
 def no_change_text(mode: GitMode | VersionsMode, case_id: str, result: NoChange) -> list[str]:

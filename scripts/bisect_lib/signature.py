@@ -30,6 +30,7 @@ _ANY_LINE = re.compile(r":\d+\b")
 _RESUME_LINE = re.compile(r"_at_\d+\b")
 LIST_LIMIT = 10  # evidence lines per kind of change; the rest are counted
 TEXT_WIDTH = 160
+MESSAGE_WIDTH = 480  # the gate's messages put the measured evidence last (a known failure's "today: ...")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +51,8 @@ class Signature:
         )
 
 
-def _shorten(line: str) -> str:
-    return line if len(line) <= TEXT_WIDTH else line[: TEXT_WIDTH - 1] + "…"
+def _shorten(line: str, width: int = TEXT_WIDTH) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def _first_line(text: Any) -> str:
@@ -202,7 +203,7 @@ def _break_lines(before_case: dict[str, Any], after_case: dict[str, Any]) -> lis
 def _frames(frames: collections.Counter) -> str:
     if len(frames) == 1:
         return f"in {next(iter(frames))}"
-    shown = ", ".join(sorted(frames)[:3]) + (", …" if len(frames) > 3 else "")
+    shown = "; ".join(sorted(frames)[:3]) + ("; …" if len(frames) > 3 else "")  # a frame may hold a comma
     return f"in {len(frames)} frames: {shown}"
 
 
@@ -222,10 +223,23 @@ def _guard_lines(before_case: dict[str, Any], after_case: dict[str, Any]) -> lis
     return _capped(lines)
 
 
+def _message_lines(before_case: dict[str, Any], after_case: dict[str, Any]) -> list[str]:
+    """The gate's own message of each side when the status changed (why it failed, or was a known failure)."""
+    if before_case.get("status") == after_case.get("status"):
+        return []
+    pairs = (("before", before_case), ("after", after_case))
+    return [
+        f"    {side}: {_shorten(_first_line(case.get('message')), MESSAGE_WIDTH)}"
+        for side, case in pairs
+        if case.get("message")
+    ]
+
+
 def evidence(before_case: dict[str, Any], after_case: dict[str, Any]) -> list[str]:
     """What changed from one audited run of a case to another, one item per line (sources indented)."""
     before, after = signature_of(before_case), signature_of(after_case)
-    lines = _count_lines(before, after) + _break_lines(before_case, after_case)
+    counts = _count_lines(before, after)
+    lines = counts[:1] + _message_lines(before_case, after_case) + counts[1:] + _break_lines(before_case, after_case)
     if after.graph_breaks is not None and before.graph_breaks is not None:
         lines += _guard_lines(before_case, after_case)
     return lines

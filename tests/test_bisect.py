@@ -430,6 +430,10 @@ def test_error_line_picks_what_went_wrong():
     assert error_line(pip) == "ERROR: Cannot install transformers==5.17.0 because ..."
     traceback = 'Traceback (most recent call last):\n  File "<string>", line 1\nModuleNotFoundError: No module named x'
     assert error_line(traceback) == "ModuleNotFoundError: No module named x"
+    conftest = (
+        "ImportError while loading conftest 'conftest.py'.\nconftest.py:14: in <module>\nE   AttributeError: no X"
+    )
+    assert error_line(conftest) == "AttributeError: no X"
 
 
 @pytest.mark.parametrize(

@@ -44,7 +44,7 @@ IMPORT_CHECK = (
     "print(json.dumps({m.__name__: m.__version__ for m in (torch, transformers, peft)}))"
 )
 ERROR_WIDTH = 200
-_EXCEPTION = re.compile(r"^[\w.]*(Error|Exception)\b")
+_EXCEPTION = re.compile(r"^(E\s+)?[\w.]*(Error|Exception)\b")  # pytest prefixes its error lines with "E   "
 _CASE_ID = re.compile(r"^[\w.-]+/[\w.-]+/[\w.-]+(@(cpu|cuda)-\w+)?$")
 
 
@@ -112,7 +112,7 @@ def error_line(output: str) -> str:
     """The line that says what went wrong: pip's first ERROR line, else the last exception, else the last line."""
     lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
     pip_errors = [line for line in lines if line.startswith("ERROR:")]
-    exceptions = [line for line in lines if _EXCEPTION.match(line)]
+    exceptions = [re.sub(r"^E\s+", "", line) for line in lines if _EXCEPTION.match(line)]
     line = pip_errors[0] if pip_errors else (exceptions or lines or ["no output"])[-1]
     return line if len(line) <= ERROR_WIDTH else line[: ERROR_WIDTH - 1] + "…"
 
@@ -144,13 +144,15 @@ class Lab:
         self.env = scratch_env(self.venv, environ)
         self.logs, self.reports = workdir / "logs", workdir / "reports"
         self.steps = 0
+        self.commands = 0  # numbers the log files: a step may run pip more than once
 
     # ------------------------------------------------------------------------- commands
 
     def call(self, argv: list[str], log_name: str, timeout: float | None = None) -> tuple[int, str, str]:
         """Run one command, its output into logs/: (exit status, stdout, last error line); 124: timed out."""
         self.logs.mkdir(parents=True, exist_ok=True)
-        log = self.logs / f"{self.steps:02d}-{log_name}.log"
+        self.commands += 1
+        log = self.logs / f"{self.steps:02d}-{self.commands:03d}-{log_name}.log"
         try:
             done = self._run(
                 argv, cwd=self.gate_root, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
@@ -163,7 +165,7 @@ class Lab:
         return done.returncode, done.stdout, error
 
     def pip_install(self, requirements: list[str], constraints: Iterable[str] = (), *options: str) -> str | None:
-        """Install into the scratch venv only; None when it worked, else pip's last error line."""
+        """Install into the scratch venv only; None when it worked, else the line of pip's output naming the error."""
         argv = [str(self.python), "-m", "pip", "install", "--disable-pip-version-check", *options, *self.pip_options]
         constraints = list(constraints)
         if constraints:

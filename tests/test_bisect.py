@@ -315,24 +315,9 @@ def test_non_empty_workdir_is_refused(tmp_path, capsys):
 
 
 def test_the_script_runs_from_the_checkout():
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO_ROOT / "scripts" / "bisect"),
-            "--package",
-            "torch",
-            "--case",
-            CASE,
-            "--good",
-            "x",
-            "--bad",
-            "x",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd="/",
-    )
+    script = str(REPO_ROOT / "scripts" / "bisect")
+    argv = [sys.executable, script, "--package", "torch", "--case", CASE, "--good", "x", "--bad", "x"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd="/")
     assert done.returncode == 2
     assert done.stderr == "scripts/bisect: error: --good and --bad are the same (x): nothing to bisect\n"
 
@@ -347,9 +332,9 @@ def unusable_lab(*args, **kwargs):
 class FakeRunner:
     """Plays venv, pip, the import check and pytest; records every command and its environment."""
 
-    def __init__(self, pip_error: str | None = None, import_output: str | None = None, case: dict | None = None):
+    def __init__(self, pip_error: str | None = None, import_output: str | None = None, import_error: str = ""):
         self.calls: list[tuple[list[str], dict]] = []
-        self.pip_error, self.case = pip_error, case or clean_case()
+        self.pip_error, self.import_error, self.case = pip_error, import_error, clean_case()
         self.import_output = import_output or json.dumps(
             {"torch": "2.12.0", "transformers": "5.17.0", "peft": "0.21.2"}
         )
@@ -358,6 +343,10 @@ class FakeRunner:
         self.calls.append((list(argv), env))
         if argv[1:3] == ["-m", "pip"] and self.pip_error:
             return subprocess.CompletedProcess(argv, 1, "Collecting torch==9\n", f"{self.pip_error}\n")
+        if argv[1] == "-c" and self.import_error:
+            return subprocess.CompletedProcess(
+                argv, 1, "", f"Traceback (most recent call last):\n{self.import_error}\n"
+            )
         if argv[1] == "-c":
             return subprocess.CompletedProcess(argv, 0, self.import_output + "\n", "")
         if "pytest" in argv:
@@ -405,7 +394,11 @@ def test_install_failure_is_untestable_with_pips_error(tmp_path):
 
 
 def test_import_failure_and_wrong_version_are_untestable(tmp_path):
-    lab = make_lab(tmp_path, FakeRunner(import_output="x"))  # the import check prints something not JSON
+    lab = make_lab(tmp_path, FakeRunner(import_error="ImportError: libcudnn.so.9: cannot open shared object file"))
+    assert lab.measure("torch 2.12.0", ["torch==2.12.0"]).untestable == (
+        "import failed: ImportError: libcudnn.so.9: cannot open shared object file"
+    )
+    lab = make_lab(tmp_path / "a", FakeRunner(import_output="x"))  # the import check prints something not JSON
     assert lab.measure("torch 2.12.0", ["torch==2.12.0"]).untestable.startswith("import failed: unexpected output")
     lab = make_lab(tmp_path / "b", FakeRunner())
     measurement = lab.measure("torch 2.12.1", ["torch==2.12.1"], expect=("torch", "2.12.1"))
@@ -415,7 +408,7 @@ def test_import_failure_and_wrong_version_are_untestable(tmp_path):
 def test_case_run_timeout_is_untestable(tmp_path):
     lab = make_lab(tmp_path, FakeRunner(), timeout=0.5)
     assert lab.measure("torch 2.12.0", ["torch==2.12.0"]).untestable == (
-        "pytest wrote no report (exit status 124: timed out after 0 s)"
+        "pytest wrote no report (exit status 124: timed out after 0.5 s)"
     )
 
 

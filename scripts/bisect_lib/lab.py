@@ -158,8 +158,8 @@ class Lab:
                 argv, cwd=self.gate_root, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
             )
         except subprocess.TimeoutExpired:
-            log.write_text(f"$ {' '.join(argv)}\ntimed out after {timeout:.0f} s\n", encoding="utf-8")
-            return 124, "", f"timed out after {timeout:.0f} s"
+            log.write_text(f"$ {' '.join(argv)}\ntimed out after {timeout:g} s\n", encoding="utf-8")
+            return 124, "", f"timed out after {timeout:g} s"
         log.write_text(f"$ {' '.join(argv)}\n{done.stdout}\n{done.stderr}", encoding="utf-8")
         error = "" if done.returncode == 0 else error_line(done.stdout + "\n" + done.stderr)
         return done.returncode, done.stdout, error

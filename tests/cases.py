@@ -33,6 +33,15 @@ TRAINER_DEFAULT_METHODS = ("lora", "lora-dora", "ia3", "prompt-tuning")
 # 90 s of the 10-minute default run, so they run with --full-matrix. The GPU tier runs CORE_METHODS (inductor
 # compiles take seconds to minutes each).
 OTHER_ARCHITECTURE_METHODS = ("lora", "ia3", "prompt-tuning")
+# Known failures whose verdict cannot change while Dynamo gives up on them, run only with --full-matrix to keep
+# the default run at 10 minutes (101 s together, 2026-12-01): FRoD, Poly, ShiRA and WaveFT hit the recompile limit
+# in transformers' deprecation wrapper exactly as DoRA does (DoRA stays in the default run), and Cartridge's class
+# defined in forward recompiles on every call on every architecture (llama-tiny's case stays).
+FULL_MATRIX_ONLY = {
+    "llama-tiny": ("frod", "poly", "shira", "waveft"),
+    "qwen2-tiny": ("cartridge",),
+    "opt-tiny": ("cartridge",),
+}
 DEFAULT_FULL_METHOD_MODEL = "llama-tiny"
 GPU_MODELS = ("llama-tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b")
 
@@ -89,9 +98,14 @@ def _cpu_methods(model: str, scenario: str, full_matrix: bool) -> list[str]:
         return [m for m in TRAINER_DEFAULT_METHODS if m in METHODS and model in LIFECYCLE_DEFAULT_MODELS]
     if scenario != "train-eval-train":
         return [m for m in LIFECYCLE_DEFAULT_METHODS if m in METHODS and model in LIFECYCLE_DEFAULT_MODELS]
+    excluded = FULL_MATRIX_ONLY.get(model, ())
     if model == DEFAULT_FULL_METHOD_MODEL:
-        return list(METHODS)
-    return [m for m in METHODS if m in OTHER_ARCHITECTURE_METHODS or METHODS[m].architecture_specific]
+        return [m for m in METHODS if m not in excluded]
+    return [
+        m
+        for m in METHODS
+        if (m in OTHER_ARCHITECTURE_METHODS or METHODS[m].architecture_specific) and m not in excluded
+    ]
 
 
 def cases_for(scenario: str, *, full_matrix: bool = False, cpu_backend: str = "eager") -> list[Case]:

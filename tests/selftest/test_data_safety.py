@@ -66,20 +66,6 @@ def _pytest(*args, cwd=REPO_ROOT):
     )
 
 
-def test_missing_budgets_file_is_a_usage_error_naming_it(tmp_path):
-    missing = tmp_path / "none.toml"
-    result = _pytest("--budgets", str(missing), "--collect-only", "-q", "tests/selftest/test_parity.py")
-    assert result.returncode == pytest.ExitCode.USAGE_ERROR
-    assert f"budgets file {missing} does not exist (--update-budgets creates it)" in result.stderr
-
-
-def test_update_budgets_creates_a_missing_file(tmp_path):
-    created = tmp_path / "new.toml"
-    result = _pytest("--budgets", str(created), "--update-budgets", "-q", "tests/selftest/test_parity.py")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert BudgetFile.load(created).entries == {}
-
-
 def test_options_work_in_both_forms_from_another_directory(tmp_path):
     """Run from outside the repository: --budgets and --cpu-backend in the space form (the one that once broke,
     when the options lived in conftest.py), --compile-report in the equals form."""

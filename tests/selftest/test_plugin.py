@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from compile_audit.budgets import BudgetFile
 from compile_gate import session as gate_session
 
 pytestmark = pytest.mark.selftest
@@ -152,3 +153,30 @@ def test_partial_update_leaves_every_other_entry_byte_for_byte(toy_zoo: pytest.P
     written = (toy_zoo.path / "compile_budgets.toml").read_text()
     assert HAND_WRITTEN.split("\n", 1)[1].rstrip("\n") in written
     assert '[cases."clean/plain/forward"]' in written
+
+
+# Usage errors and the file's creation happen before anything compiles: these run in process, fast.
+
+
+def test_missing_budgets_file_is_a_usage_error_naming_it(toy_zoo: pytest.Pytester):
+    missing = toy_zoo.path / "none.toml"
+    result = toy_zoo.runpytest("--budgets", str(missing), "--collect-only", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*budgets file {missing} does not exist (--update-budgets creates it)*"])
+
+
+def test_update_budgets_creates_a_missing_file(toy_zoo: pytest.Pytester):
+    created = toy_zoo.path / "new.toml"
+    result = toy_zoo.runpytest(
+        "--budgets", str(created), "--update-budgets", "--collect-only", "-p", "no:cacheprovider"
+    )
+    assert result.ret == 0
+    assert created.is_file() and BudgetFile.load(created).entries == {}
+
+
+def test_malformed_file_stops_the_session_with_a_clear_error(toy_zoo: pytest.Pytester):
+    path = toy_zoo.path / "bad.toml"
+    path.write_text('[cases."x/y/z"]\ngraph_breaks = "many"\n')
+    result = toy_zoo.runpytest(f"--budgets={path}", "--collect-only", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*malformed budgets file: {path}:1: entry 'x/y/z': graph_breaks must be*"])

@@ -57,7 +57,24 @@ def _budgets_path(config: pytest.Config) -> Path:
     return config.rootpath / config.getini("compile_budgets")
 
 
+PATH_OPTIONS = ("--budgets", "--compile-report")
+
+
+def _check_rootdir(config: pytest.Config) -> None:
+    """pytest picks its rootdir and ini file before any plugin's options are known, so in ``--budgets PATH`` it
+    takes an existing PATH for a test path. Outside the project that moves the rootdir, and the project's ini
+    (addopts, markers) is silently not read: say so instead of running the wrong selection."""
+    args = list(config.invocation_params.args)
+    spaced = [name for name in PATH_OPTIONS if name in args[:-1] and Path(args[args.index(name) + 1]).exists()]
+    if spaced and config.inipath is None:
+        raise pytest.UsageError(
+            f"{spaced[0]} PATH made pytest choose the rootdir {config.rootpath} (no ini file there): pytest reads"
+            f" paths before it knows this plugin's options. Write {spaced[0]}=PATH, or pass --rootdir."
+        )
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _check_rootdir(config)
     updating = config.getoption("--update-budgets")
     path = _budgets_path(config)
     if not path.exists() and not updating:
@@ -95,6 +112,17 @@ def pytest_runtest_call(item: pytest.Item):
     if audit is not None:
         _judge(item, audit)
     return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A case skipped or broken before its audit started (a skip in a fixture, no CUDA) still gets a record:
+    the report lists every case, and a run that audited nothing says so."""
+    report = yield
+    case = getattr(item, "callspec", None) and item.callspec.params.get("case")
+    if report.when == "setup" and not report.passed and hasattr(case, "id"):
+        report.user_properties.append((RECORD, {**report_fields(case), "audited": False, "benchmarks": {}}))
+    return report
 
 
 def _judge(item: pytest.Item, audit: CaseAudit) -> None:

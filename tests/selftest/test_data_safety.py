@@ -67,13 +67,23 @@ def _pytest(*args, cwd=REPO_ROOT):
 
 
 def test_options_work_in_both_forms_from_another_directory(tmp_path):
-    """Run from outside the repository: --budgets and --cpu-backend in the space form (the one that once broke,
-    when the options lived in conftest.py), --compile-report in the equals form."""
+    """From outside the repository: every option in the equals form, and the space form where pytest's rootdir
+    does not depend on it (--cpu-backend, a --compile-report path that does not exist yet)."""
     budgets, report = tmp_path / "budgets.toml", tmp_path / "report.json"
     budgets.write_text((REPO_ROOT / "tests" / "compile_budgets.toml").read_text())
-    args = ["--budgets", str(budgets), "--cpu-backend", "eager", f"--compile-report={report}"]
-
     test_file = REPO_ROOT / "tests" / "selftest" / "test_parity.py"
+    args = [f"--budgets={budgets}", "--cpu-backend", "eager", "--compile-report", str(report)]
     result = _pytest(*args, "-q", str(test_file), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert report.is_file()
+
+
+def test_space_form_that_would_move_the_rootdir_is_a_usage_error(tmp_path):
+    """pytest picks its rootdir before plugin options exist: in the project, with no test path, ``--budgets
+    /elsewhere/b.toml`` (an existing file) makes /elsewhere the rootdir and the project's ini (addopts, markers)
+    unread; the gate refuses to run the wrong selection."""
+    budgets = tmp_path / "budgets.toml"
+    budgets.write_text("")
+    result = _pytest("--budgets", str(budgets), "--collect-only", "-q")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "Write --budgets=PATH, or pass --rootdir" in result.stderr

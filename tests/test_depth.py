@@ -16,6 +16,7 @@ import torch
 from bench_models import make_batch, make_optimizer, train_step
 from bench_models.workloads import eval_step
 from compile_audit.budgets import AUTO_NOTE_PREFIX
+from compile_audit.depth import growth_with_depth
 from compile_audit.recompiles import PhaseAudit
 
 DEPTH = 4  # already shows DoRA's per-layer recompiles and its recompile-limit hit
@@ -60,12 +61,7 @@ def test_depth(case, device, make_peft_model, case_audit):
     shallow = PhaseAudit(case.backend)
     torch._dynamo.reset()
     _run(shallow, make_peft_model(num_layers=1, **case.model_overrides), case, device)
-    shallow_frames = sum(p.frames_compiled for p in shallow.phases)
-    grew = []
-    if deep.frames_compiled != shallow_frames:
-        grew.append(f"frames compiled {deep.frames_compiled} at {DEPTH} layers vs {shallow_frames} at 1 layer")
-    if len(deep.recompiles) != len(shallow.recompiles):
-        grew.append(f"recompiles {len(deep.recompiles)} at {DEPTH} layers vs {len(shallow.recompiles)} at 1 layer")
+    grew = growth_with_depth(shallow.phases, deep.phases, DEPTH)
     if grew and not _growth_explained(case_audit.budget):
         first_new = next((r.describe() for r in deep.recompiles if r not in shallow.recompiles), None)
         example = f"; e.g. {first_new}" if first_new else ""

@@ -7,6 +7,7 @@ import torch
 
 from compile_audit.budgets import Budget
 from compile_audit.case import CaseAudit, KnownFailureConfirmed
+from compile_audit.depth import growth_with_depth
 from compile_audit.guards import parse_guard_failure
 from compile_audit.verdict import Kind
 from tests.selftest import toys
@@ -116,3 +117,18 @@ def test_known_failure_stops_at_the_phase_that_hits_the_limit():
         _run(audit, toys.CountsCalls(), [(f"train-{i}", "train", 2) for i in range(5)], dynamic=True)
     assert [p.name for p in audit.result.phases] == ["train-0", "train-1", "train-2"]
     assert audit.verdict().status == "xfailed"
+
+
+def _phases_of(module: torch.nn.Module) -> list:
+    audit = CaseAudit("toy/deep/train", Budget())
+    _run(audit, module, [("train-1", "train", 2), ("eval-1", "eval", 2), ("train-2", "train", 2)], dynamic=True)
+    return audit.result.phases
+
+
+def test_compile_work_growing_with_depth_is_reported():
+    """Each layer specializes on its own index behind a break: one more frame compile per layer."""
+    grew = growth_with_depth(
+        _phases_of(toys.Deep(1, toys.LayerIndexed)), _phases_of(toys.Deep(4, toys.LayerIndexed)), 4
+    )
+    assert grew and grew[0].startswith("frames compiled") and "at 4 layers vs" in grew[0]
+    assert growth_with_depth(_phases_of(toys.Deep(1, toys.Clean)), _phases_of(toys.Deep(4, toys.Clean)), 4) == []

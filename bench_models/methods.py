@@ -184,18 +184,8 @@ def _ia3(spec, *, rank=None, dropout=None):
     }
 
 
-def _loha(spec, *, rank=None, dropout=None):
-    r = _pick(rank, 8)
-    return {
-        "task_type": _task_type(spec),
-        "r": r,
-        "alpha": r,
-        "rank_dropout": _pick(dropout, 0.0),
-        "target_modules": _attn(spec),
-    }
-
-
-def _lokr(spec, *, rank=None, dropout=None):
+def _low_rank_product(spec, *, rank=None, dropout=None):
+    """LoHa and LoKr take the same options (Hadamard and Kronecker products of low-rank factors)."""
     r = _pick(rank, 8)
     return {
         "task_type": _task_type(spec),
@@ -424,8 +414,8 @@ _METHOD_LIST = [
     ),
     # Other adapter (tuner) methods
     Method("ia3", "IA3", "IA3Config", _ia3, note="attention q/v (k/v) + FFN output projection as feedforward_modules"),
-    Method("loha", "LOHA", "LoHaConfig", _loha, note="r=8, alpha=8"),
-    Method("lokr", "LOKR", "LoKrConfig", _lokr, note="r=8, alpha=8"),
+    Method("loha", "LOHA", "LoHaConfig", _low_rank_product, note="r=8, alpha=8"),
+    Method("lokr", "LOKR", "LoKrConfig", _low_rank_product, note="r=8, alpha=8"),
     Method("boft", "BOFT", "BOFTConfig", _simple(dropout_field="boft_dropout"), note="defaults (block size 4)"),
     Method("oft", "OFT", "OFTConfig", _simple(dropout_field="module_dropout"), note="defaults (block size 32)"),
     Method("hra", "HRA", "HRAConfig", _simple(rank_field="r"), note="defaults (r=8)"),

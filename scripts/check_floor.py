@@ -14,16 +14,15 @@ before the first phase). Exit status: 0 no problem, 1 problems, 2 the report can
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 import bench_models
+from compile_audit.report import read_cases
+from compile_audit.versions import GATED_LIBRARIES
 from tests.cases import cases_for
-
-_GATED = ("peft", "transformers", "torch")  # the versions a report must name
 
 
 def expected_cases(model: str, scenario: str) -> list[tuple[str, str]]:
@@ -66,7 +65,7 @@ def check(report: dict, model: str, scenario: str) -> tuple[list[str], list[str]
             ran += 1
             if cases[case_id]["status"] == "failed":
                 failed.append(case_id)
-    versions = ", ".join(f"{k} {report['versions'][k]}" for k in _GATED)
+    versions = ", ".join(f"{k} {report['versions'][k]}" for k in GATED_LIBRARIES)
     lines = [f"{versions}: {ran} ran ({len(failed)} failed), {len(skipped)} skipped, {len(problems)} problems"]
     lines += [f"- failed (budgets recorded on another version): {case_id}" for case_id in failed]
     lines += [f"- skipped: {reason}" for reason in skipped]
@@ -75,15 +74,12 @@ def check(report: dict, model: str, scenario: str) -> tuple[list[str], list[str]
 
 
 def load_report(path: str) -> dict:
-    """The report, if it is from the peft installed here (the expected skips are asked of it)."""
-    report = json.loads(Path(path).read_text())
-    versions = report.get("versions") if isinstance(report, dict) else None
-    if (
-        not isinstance(versions, dict)
-        or not set(_GATED) <= versions.keys()
-        or not isinstance(report.get("cases"), list)
-    ):
-        raise ValueError("not a compile report (no versions of peft, transformers and torch, or no list of cases)")
+    """The report (read by the gate's own reader), if it is from the peft installed here (the expected skips are
+    asked of it)."""
+    report = read_cases(path).report
+    versions = report.get("versions")
+    if not isinstance(versions, dict) or not set(GATED_LIBRARIES) <= versions.keys():
+        raise ValueError(f"{path}: the report does not name the versions of {', '.join(GATED_LIBRARIES)}")
     installed, recorded = bench_models.library_versions()["peft"], versions["peft"]
     if recorded != installed:
         raise ValueError(f"the report is from peft {recorded}, this environment has peft {installed}")

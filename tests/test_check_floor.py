@@ -8,6 +8,7 @@ import peft
 import pytest
 
 import bench_models
+from compile_audit.report import SCHEMA
 from scripts import check_floor
 
 pytestmark = pytest.mark.selftest
@@ -21,8 +22,9 @@ def run_as_registry_says() -> dict:
     for case_id, method in check_floor.expected_cases(MODEL, SCENARIO):
         reason = bench_models.skip_reason(MODEL, method)
         status = "skipped" if reason else "passed"
-        cases.append({"id": case_id, "method": method, "status": status, "message": reason, "audited": not reason})
-    return {"versions": bench_models.library_versions(), "cases": cases}
+        case = {"id": case_id, "model": MODEL, "method": method, "scenario": SCENARIO, "status": status}
+        cases.append({**case, "message": reason, "audited": not reason})
+    return {"schema": SCHEMA, "versions": bench_models.library_versions(), "cases": cases}
 
 
 def with_case(report: dict, method: str, **changes) -> dict:
@@ -99,6 +101,9 @@ def test_exit_status(tmp_path, capsys):
     path.write_text(json.dumps(other))
     assert check_floor.main([str(path)]) == 2
     assert f"the report is from peft 0.0.1, this environment has peft {peft.__version__}" in capsys.readouterr().err
+    path.write_text(json.dumps({"schema": SCHEMA, "versions": {"peft": peft.__version__}, "cases": []}))
+    assert check_floor.main([str(path)]) == 2
+    assert "does not name the versions of torch, transformers, peft" in capsys.readouterr().err
     path.write_text(json.dumps({"versions": {"peft": peft.__version__}, "cases": []}))
     assert check_floor.main([str(path)]) == 2
     assert "not a compile report" in capsys.readouterr().err

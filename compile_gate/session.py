@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from compile_audit.budgets import Budget, BudgetFile
+from compile_audit.files import exclusive
 from compile_audit.report import build_report, write_report
 from compile_audit.versions import gated
 
@@ -93,19 +94,22 @@ class GateSession:
         return list(cases.values())
 
     def _update_budgets(self, stale: list[str]) -> None:
+        """Apply this run's proposals to the file as it is now (re-read under a lock), not as it was when the run
+        started: shards of one selection running side by side on one machine each write their own cases."""
         tiers = {case["tier"] for case in self.cases if case["id"] in self.proposals and case.get("tier")}
-        self.budget_file.entries.update(self.proposals)
-        for tier in tiers:
-            self.budget_file.versions[tier] = gated(self.versions)
-        for case_id in stale:
-            del self.budget_file.entries[case_id]
-        self.budget_file.write()
+        with exclusive(self.budget_file.path):
+            current = BudgetFile.load(self.budget_file.path, missing_ok=True)
+            current.entries.update(self.proposals)
+            for tier in tiers:
+                current.versions[tier] = gated(self.versions)
+            removed = [case_id for case_id in stale if current.entries.pop(case_id, None) is not None]
+            current.write()
+        self.budget_file = current
         self.lines.append(
-            f"budgets updated: {len(self.proposals)} case(s) written, {len(stale)} stale removed"
-            f" -> {self.budget_file.path}"
+            f"budgets updated: {len(self.proposals)} case(s) written, {len(removed)} stale removed -> {current.path}"
         )
-        if stale:
-            self.lines.append(f"removed stale entries: {stale}")
+        if removed:
+            self.lines.append(f"removed stale entries: {removed}")
 
 
 def json_safe(figures: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import torch
 from compile_audit.budgets import AUTO_NOTE_PREFIX, Budget, BudgetFile, BudgetFileError, Observed, compare
 from compile_audit.case import CaseAudit
 from compile_audit.verdict import Kind
+from compile_gate.session import GateSession
 from tests.selftest import toys
 
 pytestmark = pytest.mark.selftest
@@ -134,3 +135,14 @@ def test_update_mode_fails_only_on_what_a_budget_cannot_hold():
     audit.expect("compiled vs eager logits differ")
     verdict = audit.verdict(updating=True)
     assert verdict.status == "failed" and [p.kind for p in verdict.problems] == [Kind.CHECK]
+
+
+def test_shards_updating_one_budgets_file_each_add_their_cases(tmp_path):
+    """Two runs started from the same file (shards side by side): the second writer keeps the first one's cases."""
+    path = _write(tmp_path, '[cases."kept"]\ngraph_breaks = 0\nrecompiles = 1\nunexpected_recompiles = 0\n')
+    shards = [GateSession(BudgetFile.load(path), tmp_path, updating=True) for _ in range(2)]
+    for shard, case_id in zip(shards, ("shard-1-case", "shard-2-case"), strict=True):
+        shard.proposals[case_id] = Budget(graph_breaks=0, recompiles=2, recorded=True)
+    for shard in shards:
+        shard.finish(known_case_ids={"kept", "shard-1-case", "shard-2-case"})
+    assert sorted(BudgetFile.load(path).entries) == ["kept", "shard-1-case", "shard-2-case"]

@@ -129,14 +129,20 @@ def regenerate_command(report_path: str, output: str | None, cases: list[dict[st
     return f"{shlex.join([*pytest_args, '--compile-report', report_path])} && {shlex.join(matrix_args)}"
 
 
-def render(report: dict[str, Any], cases: list[dict[str, Any]], report_path: str, output: str | None = None) -> str:
+def render(
+    report: dict[str, Any],
+    cases: list[dict[str, Any]],
+    report_path: str,
+    output: str | None = None,
+    regenerate: str | None = None,
+) -> str:
     versions = report.get("versions") or {}
     described = ", ".join(f"{name} {versions[name]}" for name in LIBRARIES if name in versions)
     lines = [
         "# torch.compile compatibility matrix",
         "",
         f"Generated from `{report_path}` (run of {report.get('created', '?')}) with {described or 'unknown versions'}.",
-        f"Regenerate: `{regenerate_command(report_path, output, cases)}`",
+        f"Regenerate: `{regenerate or regenerate_command(report_path, output, cases)}`",
         "",
         *LEGEND,
     ]
@@ -177,13 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("report", help="report written by pytest --compile-report")
     parser.add_argument("--output", metavar="FILE", help="write the markdown to FILE (e.g. docs/compile-matrix.md)")
+    parser.add_argument(
+        "--regenerate", metavar="COMMAND", help="the command that regenerates the file (default: the pytest run)"
+    )
     args = parser.parse_args(argv)
     try:
         report, cases = load_cases(args.report)
     except ValueError as error:
         print(f"compile_audit.matrix: {error}", file=sys.stderr)
         return 2
-    text = render(report, cases, args.report, args.output)
+    text = render(report, cases, args.report, args.output, args.regenerate)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text, encoding="utf-8")

@@ -137,6 +137,12 @@ def test_output_is_deterministic_and_written_where_asked(tmp_path, capsys):
     assert f"--output {output}`" in first
 
 
+def test_regenerate_names_the_command_that_made_the_report(tmp_path, capsys):
+    path = fake.write(tmp_path / "report.json", fake.report(_cases()))
+    assert matrix.main([str(path), "--regenerate", "scripts/full_matrix.py --shards 8"]) == 0
+    assert "Regenerate: `scripts/full_matrix.py --shards 8`" in capsys.readouterr().out
+
+
 def test_runs_as_a_module_without_torch(tmp_path):
     path = fake.write(tmp_path / "report.json", fake.report(_cases()))
     (tmp_path / "torch.py").write_text("raise ImportError('compile_audit.matrix must not import torch')\n")

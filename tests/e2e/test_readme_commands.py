@@ -1,0 +1,177 @@
+"""The README's commands, each run as a user would on a small selection, and shards of a selection.
+
+    pytest -m readme
+
+Each command is a fresh pytest or python process (tens of seconds each on 2 cores), so it runs only when ``-m``
+selects ``readme`` explicitly; pyproject's addopts deselect it and ``.ci/run`` runs it. What the default run
+already is (``pytest``), and ``-m gate_e2e`` / ``scripts/gate`` (their own test), are not repeated here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from compile_audit.budgets import BudgetFile
+from tests.e2e.gate_module import gate
+
+pytestmark = pytest.mark.readme
+
+ROOT = Path(__file__).resolve().parents[2]
+BUDGETS = ROOT / "tests" / "compile_budgets.toml"
+ONE_CASE = "llama-tiny and lora/ and train-eval-train"
+FEW_CASES = "llama-tiny and (lora/ or ia3/ or prompt-tuning/ or vera/) and train-eval-train"
+TIMEOUT_S = 900
+
+
+@pytest.fixture(autouse=True)
+def only_when_selected(request):
+    expression = request.config.option.markexpr
+    if not gate.selects_marker(expression, "readme") or gate.selects_marker(expression, ""):
+        pytest.skip("runs the README's commands in fresh processes: run it with pytest -m readme")
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def pytest_run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return run("-m", "pytest", "-p", "no:cacheprovider", *args, env=env)
+
+
+def explain(result: subprocess.CompletedProcess) -> str:
+    return f"exit {result.returncode}\n{result.stdout[-4000:]}\n{result.stderr[-2000:]}"
+
+
+def cases_of(report: Path) -> dict[str, dict]:
+    return {case["id"]: case for case in json.loads(report.read_text())["cases"]}
+
+
+def test_two_workers(tmp_path):
+    result = pytest_run("-n", "2", "-k", FEW_CASES, f"--compile-report={tmp_path / 'r.json'}")
+    assert result.returncode == 0, explain(result)
+    assert {c["status"] for c in cases_of(tmp_path / "r.json").values()} == {"passed"}
+
+
+def test_full_matrix_selects_cases_the_default_run_does_not(tmp_path):
+    selection = "opt-tiny and loha/ and train-eval-train"
+    default = pytest_run("--collect-only", "-q", "-k", selection)
+    assert "no tests collected" in default.stdout or "deselected" in default.stdout, explain(default)
+    result = pytest_run("--full-matrix", "-k", selection, f"--compile-report={tmp_path / 'r.json'}")
+    assert result.returncode == 0, explain(result)
+    assert "opt-tiny/loha/train-eval-train" in cases_of(tmp_path / "r.json")
+
+
+def test_cpu_backend_aot_eager(tmp_path):
+    result = pytest_run("--cpu-backend", "aot_eager", "-k", FEW_CASES, f"--compile-report={tmp_path / 'r.json'}")
+    assert result.returncode == 0, explain(result)
+    cases = cases_of(tmp_path / "r.json")
+    assert "llama-tiny/lora/train-eval-train@cpu-aot_eager" in cases
+    assert {c["backend"] for c in cases.values()} == {"aot_eager"}
+
+
+def test_compile_report_and_update_budgets_on_a_copy(tmp_path):
+    copy = tmp_path / "budgets.toml"
+    shutil.copy(BUDGETS, copy)
+    report = tmp_path / "r.json"
+    result = pytest_run("-k", ONE_CASE, f"--budgets={copy}", "--update-budgets", f"--compile-report={report}")
+    assert result.returncode == 0, explain(result)
+    assert "budgets updated: 1 case(s) written" in result.stdout, explain(result)
+    case_id = "llama-tiny/lora/train-eval-train"
+    rewritten, recorded = (_entry(path, case_id) for path in (copy, BUDGETS))
+    assert rewritten == recorded, "the budget recorded from this run differs from the file's"
+    assert cases_of(report)["llama-tiny/lora/train-eval-train"]["audited"] is True
+
+
+def _entry(path: Path, case_id: str) -> dict:
+    entry = BudgetFile.load(path).entries[case_id].to_dict()
+    entry.pop("line", None)
+    return entry
+
+
+def test_selftest_marker_selects_only_selftests():
+    collected = pytest_run("-m", "selftest", "--collect-only", "-q")
+    items = [line for line in collected.stdout.splitlines() if "::" in line]
+    assert items, explain(collected)
+    assert all(item.startswith("tests/selftest/") for item in items), [i for i in items if "selftest/" not in i]
+    result = pytest_run("-m", "selftest", "-k", "merge or budgets")
+    assert result.returncode == 0, explain(result)
+
+
+def test_gpu_tier_on_four_workers():
+    """On a machine without CUDA every GPU case skips with the reason and the run exits 0."""
+    result = pytest_run("-m", "gpu", "-n", "4", "-k", "llama-tiny and lora/ and train-eval-train", "-rs")
+    assert result.returncode == 0, explain(result)
+    if not _cuda():
+        assert "CUDA is not available" in result.stdout, explain(result)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def test_planted_graph_break_fails_lora():
+    result = pytest_run("-p", "tests.plant_regression", "-k", ONE_CASE, env={"PLANT": "graph-break"})
+    assert result.returncode == 1, explain(result)
+    assert "tests/plant_regression.py:" in result.stdout, explain(result)
+
+
+def _node_ids(*args: str) -> list[str]:
+    result = pytest_run("--collect-only", "-q", *args)
+    assert result.returncode == 0, explain(result)
+    return [line for line in result.stdout.splitlines() if "::" in line]
+
+
+def test_shards_of_a_selection_are_disjoint_and_complete():
+    selection = "llama-tiny and train-eval-train"
+    whole = _node_ids("-k", selection)
+    shards = [_node_ids("-k", selection, "--splits=3", f"--group={group}") for group in (1, 2, 3)]
+    assert all(shards), [len(shard) for shard in shards]
+    union = [node for shard in shards for node in shard]
+    assert len(union) == len(set(union)), "a test is in two shards"
+    assert sorted(union) == sorted(whole)
+
+
+def test_merged_shards_equal_one_run_and_feed_the_diff_and_the_matrix(tmp_path):
+    one = tmp_path / "one.json"
+    result = pytest_run("-k", FEW_CASES, f"--compile-report={one}")
+    assert result.returncode == 0, explain(result)
+    shards = [tmp_path / f"shard-{group}.json" for group in (1, 2)]
+    for group, report in enumerate(shards, start=1):
+        result = pytest_run("-k", FEW_CASES, "--splits=2", f"--group={group}", f"--compile-report={report}")
+        assert result.returncode == 0, explain(result)
+    merged = tmp_path / "merged.json"
+    result = run("-m", "compile_audit.merge", *map(str, shards), "--output", str(merged))
+    assert result.returncode == 0, explain(result)
+    result = run("-m", "compile_audit.diff", str(one), str(merged))
+    assert result.returncode == 0, explain(result)
+    assert "no changes" in result.stdout, explain(result)
+    result = run("-m", "compile_audit.matrix", str(merged), "--output", str(tmp_path / "matrix.md"))
+    assert result.returncode == 0, explain(result)
+    assert "| lora |" in (tmp_path / "matrix.md").read_text()
+
+
+def test_compare_compile_cpu_form(tmp_path):
+    table = tmp_path / "table.md"
+    result = run(
+        "scripts/compare_compile.py",
+        *("--model", "llama-tiny", "--method", "lora", "--steps", "4", "--batch-size", "2", "--seq-len", "32"),
+        *("--eval-every", "2", "--device", "cpu", "--backend", "aot_eager", "--output", str(table)),
+    )
+    assert result.returncode == 0, explain(result)
+    assert "compile" in table.read_text()

@@ -16,6 +16,7 @@ SCENARIOS: dict[str, str | None] = {
     "trainer": None,
     "save-load": None,
     "inject-compiled": None,
+    "inject-compiled-base": None,
 }
 # Lifecycle scenarios run LoRA by default, on one causal LM and the classifier (PEFT's two task code
 # paths), so that the CPU tier stays under 10 minutes on 2 cores; --full-matrix runs them on every tiny
@@ -48,8 +49,8 @@ FULL_MATRIX_ONLY = {
 # setups), every method PEFT puts on their layers with --full-matrix; bitsandbytes also on the GPU tier.
 QUANTIZED_DEFAULT_METHODS = ("lora", "lora-dora")
 GPU_QUANTIZED_MODELS = ("llama-tiny-bnb4", "llama-tiny-bnb4-fp4")
-# save-load and inject-compiled: LoRA on llama-tiny by default; every method on every tiny model with --full-matrix.
-PERSISTENCE_SCENARIOS = ("save-load", "inject-compiled")
+# save-load, inject-compiled(-base): LoRA on llama-tiny by default; every method on every tiny model with --full-matrix.
+PERSISTENCE_SCENARIOS = ("save-load", "inject-compiled", "inject-compiled-base")
 DEFAULT_FULL_METHOD_MODEL = "llama-tiny"
 GPU_MODELS = ("llama-tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b")
 

@@ -26,6 +26,7 @@ import peft
 import torch
 
 from .models import CAUSAL_LM, SEQ_CLS, ModelSpec, auto_model_class, build_base_model, get_spec
+from .quantized import method_on_quantized_skip_reason, quantization_skip_reason
 
 OPERATIONS = (
     "multi-adapter",
@@ -787,6 +788,10 @@ def skip_reason(model_key: str, method_name: str) -> str | None:
     missing = [pkg for pkg in method.requires if importlib.util.find_spec(pkg) is None]
     if missing:
         return f"{method.name} needs optional package(s) not installed: {', '.join(missing)}"
+    if spec.quantization:
+        return quantization_skip_reason(spec.quantization) or method_on_quantized_skip_reason(
+            spec.quantization, method.name, method.peft_type
+        )
     return None
 
 

@@ -5,6 +5,7 @@ Every model is built from a config with random weights; nothing is ever download
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 from dataclasses import dataclass, field
@@ -40,6 +41,8 @@ class ModelSpec:
     head_module: str = ""  # lm_head / classifier, for modules_to_save
     layernorm_modules: tuple[str, ...] = ()
     attn_implementation: str = "sdpa"
+    # The linear layers quantized after the random init (bench_models/quantized.py): "bnb-nf4", "bnb-fp4", "int8".
+    quantization: str = ""
 
     def config_dict(self) -> dict[str, Any]:
         """The transformers config kwargs, model_type included (for full-size models: the JSON minus the "_..."
@@ -225,7 +228,13 @@ _FULL_SPECS = [
     ),
 ]
 
-MODELS: dict[str, ModelSpec] = {s.key: s for s in _TINY_SPECS + _FULL_SPECS}
+# llama-tiny with its linear layers quantized: QLoRA's bitsandbytes 4-bit (NF4, FP4) and torchao int8 weight-only.
+_QUANTIZED_SPECS = [
+    dataclasses.replace(_TINY_SPECS[0], key=f"llama-tiny-{suffix}", quantization=quantization)
+    for suffix, quantization in (("bnb4", "bnb-nf4"), ("bnb4-fp4", "bnb-fp4"), ("int8", "int8"))
+]
+
+MODELS: dict[str, ModelSpec] = {s.key: s for s in _TINY_SPECS + _QUANTIZED_SPECS + _FULL_SPECS}
 
 
 def get_spec(model_key: str) -> ModelSpec:
@@ -272,6 +281,10 @@ def build_base_model(
         model = auto_cls.from_config(config, attn_implementation=spec.attn_implementation)
         model.to(device=device, dtype=dtype)
     _randomize_biases(model, seed)
+    if spec.quantization:
+        from .quantized import quantize
+
+        model = quantize(model, spec.quantization, device=device, dtype=dtype)
     return model.train()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 
 def compare_tensors(what: str, expected: torch.Tensor, actual: torch.Tensor, *, rtol: float, atol: float) -> str | None:
@@ -43,12 +44,29 @@ def parameter_changes(
         if name not in before:
             continue
         old, trainable = before[name]
-        moved = not torch.equal(old, param.detach())
+        moved = not same_tensor(old, param.detach())
         if trainable:
             (changed if moved else unchanged).append(name)
         elif moved:
             frozen_changed.append(name)
     return changed, unchanged, frozen_changed
+
+
+def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shape, dtype and values; a tensor subclass (a quantized weight) by its inner tensors, since many
+    implement no ``aten.equal``."""
+    if is_traceable_wrapper_subclass(a) or is_traceable_wrapper_subclass(b):
+        if type(a) is not type(b):
+            return False
+        (names, meta_a), (names_b, meta_b) = a.__tensor_flatten__(), b.__tensor_flatten__()
+        try:
+            same_meta = names == names_b and bool(meta_a == meta_b)
+        except RuntimeError:  # metadata holding tensors
+            same_meta = names == names_b and repr(meta_a) == repr(meta_b)
+        if not same_meta:
+            return False
+        return all(same_tensor(getattr(a, n), getattr(b, n)) for n in names)
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
 
 
 def gradients(module: torch.nn.Module) -> dict[str, torch.Tensor]:

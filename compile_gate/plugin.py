@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 
+from compile_audit import global_state
 from compile_audit.budgets import BudgetFile, BudgetFileError
 from compile_audit.case import CaseAudit, KnownFailureConfirmed
 from compile_audit.notes import auto_note
@@ -26,6 +27,7 @@ from compile_gate.session import BENCHMARKS, PROPOSAL, RECORD, GateSession, json
 
 SESSION = pytest.StashKey[GateSession]()
 AUDIT = pytest.StashKey[CaseAudit]()
+STATE_BEFORE_SETUP = pytest.StashKey[dict]()
 DEFAULT_BUDGETS = "tests/compile_budgets.toml"
 
 
@@ -100,17 +102,62 @@ def _is_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+def _is_case(item: pytest.Item) -> bool:
+    return "case" in getattr(item, "fixturenames", ())
+
+
+def _leaked(before: dict[str, Any]) -> list[str]:
+    """What changed since ``before``, each put back so that the next case starts from the same state."""
+    leaked = global_state.leaks(before, global_state.snapshot())
+    if leaked:
+        global_state.restore(before)
+    return leaked
+
+
+def _leak_message(case_id: str, leaked: list[str], where: str) -> str:
+    lines = "\n".join(f"  {line}" for line in leaked)
+    return (
+        f"{case_id}: global state leaked {where}: {len(leaked)} setting(s) changed and not restored (the gate has"
+        f" restored them; use a context manager or restore them in the scenario):\n{lines}"
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    if _is_case(item):
+        item.stash[STATE_BEFORE_SETUP] = global_state.snapshot()
+    return (yield)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     """Judge the case's audit when the test body has returned (a body that raised has failed already), or when
-    the audit stopped it because a known failure hit the recompile limit again (the verdict is settled)."""
+    the audit stopped it because a known failure hit the recompile limit again (the verdict is settled). A body
+    that changed process-wide torch settings (``compile_audit.global_state``) fails, naming each one."""
     audit = item.stash.get(AUDIT, None)
+    before = global_state.snapshot() if _is_case(item) else None
     try:
         result = yield
     except KnownFailureConfirmed:
         result = None
+    finally:
+        leaked = _leaked(before) if before is not None else []
     if audit is not None:
-        _judge(item, audit)
+        _judge(item, audit, leaked)
+    elif leaked:
+        pytest.fail(_leak_message(item.funcargs["case"].id, leaked, "in the test body"), pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """A fixture of the case that changed a process-wide setting and did not restore it: an error naming it."""
+    result = yield
+    before = item.stash.get(STATE_BEFORE_SETUP, None)
+    leaked = _leaked(before) if before is not None else []
+    if leaked:
+        case = getattr(item, "callspec", None) and item.callspec.params.get("case")
+        pytest.fail(_leak_message(getattr(case, "id", item.nodeid), leaked, "by its fixtures"), pytrace=False)
     return result
 
 
@@ -125,7 +172,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     return report
 
 
-def _judge(item: pytest.Item, audit: CaseAudit) -> None:
+def _judge(item: pytest.Item, audit: CaseAudit, leaked: list[str]) -> None:
     session = gate_session(item.config)
     case = item.funcargs["case"]
     verdict = audit.verdict(
@@ -138,6 +185,9 @@ def _judge(item: pytest.Item, audit: CaseAudit) -> None:
     if session.updating and audit.result.audited and verdict.feeds_budget:
         proposal = session.budget_file.proposal(audit.case_id, observed(audit.result), auto_note(audit.result))
         item.user_properties.append((PROPOSAL, (audit.case_id, proposal.to_dict())))
+    if leaked:  # whatever the verdict, a known failure included
+        failed = f"{verdict.message}\n" if verdict.status == "failed" else ""
+        pytest.fail(failed + _leak_message(audit.case_id, leaked, "in the test body"), pytrace=False)
     if verdict.status == "xfailed":
         pytest.xfail(verdict.message)
     if verdict.status == "failed":

@@ -14,6 +14,9 @@ SCENARIOS: dict[str, str | None] = {
     "dynamic-modes": None,
     "depth": None,
     "trainer": None,
+    "save-load": None,
+    "inject-compiled": None,
+    "inject-compiled-base": None,
 }
 # Lifecycle scenarios run LoRA by default, on one causal LM and the classifier (PEFT's two task code
 # paths), so that the CPU tier stays under 10 minutes on 2 cores; --full-matrix runs them on every tiny
@@ -41,7 +44,15 @@ FULL_MATRIX_ONLY = {
     "llama-tiny": ("frod", "poly", "shira", "waveft"),
     "qwen2-tiny": ("cartridge",),
     "opt-tiny": ("cartridge",),
+    # The same recompile-limit known failure as NF4's DoRA (20 to 39 s, 2026-12-01).
+    "llama-tiny-bnb4-fp4": ("lora-dora",),
 }
+# Quantized bases (bench_models/quantized.py) run train-eval-train only: LoRA and DoRA by default (QLoRA's two
+# setups), every method PEFT puts on their layers with --full-matrix; bitsandbytes also on the GPU tier.
+QUANTIZED_DEFAULT_METHODS = ("lora", "lora-dora")
+GPU_QUANTIZED_MODELS = ("llama-tiny-bnb4", "llama-tiny-bnb4-fp4")
+# save-load, inject-compiled(-base): LoRA on llama-tiny by default; every method on every tiny model with --full-matrix.
+PERSISTENCE_SCENARIOS = ("save-load", "inject-compiled", "inject-compiled-base")
 DEFAULT_FULL_METHOD_MODEL = "llama-tiny"
 GPU_MODELS = ("llama-tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b")
 
@@ -90,10 +101,18 @@ def _supports(method: str, scenario: str) -> bool:
 
 
 def _cpu_methods(model: str, scenario: str, full_matrix: bool) -> list[str]:
+    if MODELS[model].quantization:
+        if scenario != "train-eval-train":
+            return []
+        if full_matrix:
+            return list(METHODS)
+        return [m for m in QUANTIZED_DEFAULT_METHODS if m not in FULL_MATRIX_ONLY.get(model, ())]
     if full_matrix:
         return list(METHODS)
     if scenario == "depth":
         return list(DEPTH_DEFAULT_METHODS) if model == DEFAULT_FULL_METHOD_MODEL else []
+    if scenario in PERSISTENCE_SCENARIOS:
+        return list(LIFECYCLE_DEFAULT_METHODS) if model == DEFAULT_FULL_METHOD_MODEL else []
     if scenario == "trainer":
         return [m for m in TRAINER_DEFAULT_METHODS if m in METHODS and model in LIFECYCLE_DEFAULT_MODELS]
     if scenario != "train-eval-train":
@@ -127,6 +146,12 @@ def cases_for(scenario: str, *, full_matrix: bool = False, cpu_backend: str = "e
         gpu_methods = [m for m in LIFECYCLE_DEFAULT_METHODS if m in METHODS]
     for model in GPU_MODELS:
         cases += [Case(model, m, scenario, "cuda", "inductor") for m in gpu_methods if _supports(m, scenario)]
+    if scenario == "train-eval-train":
+        cases += [
+            Case(m, method, scenario, "cuda", "inductor")
+            for m in GPU_QUANTIZED_MODELS
+            for method in QUANTIZED_DEFAULT_METHODS
+        ]
     return cases
 
 

@@ -14,6 +14,8 @@ SCENARIOS: dict[str, str | None] = {
     "dynamic-modes": None,
     "depth": None,
     "trainer": None,
+    "ddp": None,
+    "fsdp2": None,
 }
 # Lifecycle scenarios run LoRA by default, on one causal LM and the classifier (PEFT's two task code
 # paths), so that the CPU tier stays under 10 minutes on 2 cores; --full-matrix runs them on every tiny
@@ -26,6 +28,10 @@ LIFECYCLE_DEFAULT_MODELS = ("llama-tiny", "bert-tiny")
 DEPTH_DEFAULT_METHODS = ("lora", "lora-dora", "loha")
 # The trainer scenario runs these by default on the same two models.
 TRAINER_DEFAULT_METHODS = ("lora", "lora-dora", "ia3", "prompt-tuning")
+# The distributed scenarios (2 ranks each) run these on llama-tiny by default, CORE_METHODS on every tiny model
+# with --full-matrix; LoRA on the GPU tier.
+DISTRIBUTED_SCENARIOS = ("ddp", "fsdp2")
+DISTRIBUTED_DEFAULT_METHODS = ("lora", "lora-dora", "ia3")
 
 # Beyond llama-tiny (every method), each other architecture runs the clean core methods plus every method with
 # architecture-specific code; the whole product is behind --full-matrix. DoRA and LoHa on the other tiny models
@@ -90,6 +96,10 @@ def _supports(method: str, scenario: str) -> bool:
 
 
 def _cpu_methods(model: str, scenario: str, full_matrix: bool) -> list[str]:
+    if scenario in DISTRIBUTED_SCENARIOS:
+        if full_matrix:
+            return [m for m in CORE_METHODS if m in METHODS]
+        return [m for m in DISTRIBUTED_DEFAULT_METHODS if m in METHODS] if model == DEFAULT_FULL_METHOD_MODEL else []
     if full_matrix:
         return list(METHODS)
     if scenario == "depth":
@@ -123,7 +133,7 @@ def cases_for(scenario: str, *, full_matrix: bool = False, cpu_backend: str = "e
             if _supports(method, scenario)
         ]
     gpu_methods = list(METHODS) if full_matrix else [m for m in CORE_METHODS if m in METHODS]
-    if scenario != "train-eval-train" and not full_matrix:
+    if scenario in DISTRIBUTED_SCENARIOS or (scenario != "train-eval-train" and not full_matrix):
         gpu_methods = [m for m in LIFECYCLE_DEFAULT_METHODS if m in METHODS]
     for model in GPU_MODELS:
         cases += [Case(model, m, scenario, "cuda", "inductor") for m in gpu_methods if _supports(m, scenario)]

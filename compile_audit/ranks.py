@@ -1,0 +1,181 @@
+"""Run a function on N local ranks (one process each) and collect what each shipped, within a timeout.
+
+Each rank runs in its own process group (``os.setsid``), with ``MASTER_ADDR=127.0.0.1`` and a free port, its
+output in ``rank<N>.log`` and one intra-op thread. The function gets a dict to fill with plain data (JSON) as it
+goes; the dict comes back even when the rank raised, with the traceback text. A rank still running at the
+deadline, or a few seconds after a peer failed (its collectives would wait for the peer), is killed with its
+process group: a hung rank is a failure, never a hung session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PEER_GRACE_S = 10.0  # after a rank failed, how long its peers get to fail or finish on their own
+LOG_TAIL_LINES = 30
+
+
+@dataclasses.dataclass
+class RankOutcome:
+    rank: int
+    exitcode: int | None  # None: killed
+    killed: str | None  # why it was killed: "did not finish within 60 s", ...
+    shipped: dict[str, Any]  # what the rank put in its dict, as JSON data
+    error: str | None  # the rank's traceback text, when it raised
+    log: Path
+    seconds: float
+
+    def log_tail(self) -> str:
+        try:
+            lines = self.log.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return "(no output)"
+        return "\n".join(lines[-LOG_TAIL_LINES:]) or "(no output)"
+
+    def failure(self) -> str | None:
+        """Why this rank failed, with its traceback or the tail of its output; None when it finished cleanly."""
+        if self.error is not None:
+            return f"rank {self.rank} raised:\n{self.error.rstrip()}"
+        if self.killed is not None:
+            return (
+                f"rank {self.rank} {self.killed} and was killed with its process group;"
+                f" its last output ({self.log}):\n{self.log_tail()}"
+            )
+        if self.exitcode != 0:
+            return (
+                f"rank {self.rank} exited with code {self.exitcode} without a traceback; its last output"
+                f" ({self.log}):\n{self.log_tail()}"
+            )
+        return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def default_start_method() -> str:
+    """fork where the parent holds no CUDA context (it skips the seconds of importing torch and the zoo again)."""
+    if "fork" in multiprocessing.get_all_start_methods() and not torch.cuda.is_initialized():
+        return "fork"
+    return "spawn"
+
+
+def _redirect_output(log: Path) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, port: int, workdir: str, args: tuple) -> None:
+    os.setsid()
+    workdir_path = Path(workdir)
+    _redirect_output(workdir_path / f"rank{rank}.log")
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    torch.set_num_threads(1)
+    shipped: dict[str, Any] = {}
+    error = None
+    try:
+        fn(shipped, rank, world_size, *args)
+    except BaseException:
+        error = traceback.format_exc()
+    (workdir_path / f"rank{rank}.json").write_text(json.dumps({"shipped": shipped, "error": error}), encoding="utf-8")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0 if error is None else 1)
+
+
+def _kill_group(process: multiprocessing.process.BaseProcess) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # not yet its own group leader, or gone already
+        process.kill()
+    process.join()
+
+
+def _outcome(rank: int, process: Any, workdir: Path, killed: str | None, seconds: float) -> RankOutcome:
+    data: dict[str, Any] = {}
+    with contextlib.suppress(OSError, json.JSONDecodeError):
+        data = json.loads((workdir / f"rank{rank}.json").read_text(encoding="utf-8"))
+    return RankOutcome(
+        rank=rank,
+        exitcode=None if killed else process.exitcode,
+        killed=killed,
+        shipped=data.get("shipped") or {},
+        error=data.get("error"),
+        log=workdir / f"rank{rank}.log",
+        seconds=round(seconds, 2),
+    )
+
+
+def launch(
+    fn: Callable[..., Any],
+    args: tuple = (),
+    *,
+    world_size: int,
+    timeout: float,
+    workdir: str | Path,
+    start_method: str | None = None,
+) -> list[RankOutcome]:
+    """Run ``fn(shipped, rank, world_size, *args)`` on ``world_size`` ranks; one outcome per rank, in rank order.
+
+    ``fn`` must be importable by name for the spawn start method. ``timeout``: seconds for all ranks together."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    context = multiprocessing.get_context(start_method or default_start_method())
+    port = free_port()
+    started = time.monotonic()
+    deadline = started + timeout
+    processes = [
+        context.Process(target=_rank_main, args=(fn, rank, world_size, port, str(workdir), args))
+        for rank in range(world_size)
+    ]
+    ended: dict[int, float] = {}
+    why = f"did not finish within {timeout:g} s"
+    try:
+        for process in processes:
+            process.start()
+        while len(ended) < world_size and time.monotonic() < deadline:
+            waiting = {p.sentinel: rank for rank, p in enumerate(processes) if rank not in ended}
+            left = max(0.0, deadline - time.monotonic())
+            for sentinel in multiprocessing.connection.wait(list(waiting), timeout=left):
+                rank = waiting[sentinel]
+                processes[rank].join()
+                ended[rank] = time.monotonic() - started
+                if processes[rank].exitcode != 0 and time.monotonic() + PEER_GRACE_S < deadline:
+                    deadline = time.monotonic() + PEER_GRACE_S
+                    why = f"was still running {PEER_GRACE_S:g} s after rank {rank} failed"
+    finally:
+        for rank, process in enumerate(processes):
+            if rank not in ended and process.pid is not None:
+                _kill_group(process)
+    return [
+        _outcome(rank, process, workdir, None if rank in ended else why, ended.get(rank, time.monotonic() - started))
+        for rank, process in enumerate(processes)
+    ]

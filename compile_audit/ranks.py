@@ -2,15 +2,17 @@
 
 Each rank runs in its own process group (``os.setsid``), with ``MASTER_ADDR=127.0.0.1`` and a free port, its
 output in ``rank<N>.log`` and one intra-op thread. The function gets a dict to fill with plain data (JSON) as it
-goes; the dict comes back even when the rank raised, with the traceback text. A rank still running at the
-deadline, or a few seconds after a peer failed (its collectives would wait for the peer), is killed with its
-process group: a hung rank is a failure, never a hung session.
+goes, written to ``rank<N>.json`` at every assignment; it comes back even when the rank raised (with the traceback
+text) or was killed (as far as it got). A rank still running at the deadline, or a few seconds after a peer failed
+(its collectives would wait for the peer), first writes its Python stacks to its log, then is killed with its
+process group: a hung rank is a failure that shows where it hung, never a hung session.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import faulthandler
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -27,7 +29,8 @@ from typing import Any
 import torch
 
 PEER_GRACE_S = 10.0  # after a rank failed, how long its peers get to fail or finish on their own
-LOG_TAIL_LINES = 30
+STACK_DUMP_WAIT_S = 1.0  # before a kill, how long a rank gets to write its Python stacks (SIGUSR1) to its log
+LOG_TAIL_LINES = 40
 
 
 @dataclasses.dataclass
@@ -87,10 +90,30 @@ def _redirect_output(log: Path) -> None:
     os.close(fd)
 
 
+class _Shipped(dict):
+    """The rank's plain data, written to its JSON file at every assignment (a killed rank still tells how far it
+    got)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self.error: str | None = None
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.write()
+
+    def write(self) -> None:
+        partial = self.path.with_suffix(".partial")
+        partial.write_text(json.dumps({"shipped": self, "error": self.error}), encoding="utf-8")
+        os.replace(partial, self.path)
+
+
 def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, port: int, workdir: str, args: tuple) -> None:
     os.setsid()
     workdir_path = Path(workdir)
     _redirect_output(workdir_path / f"rank{rank}.log")
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     os.environ.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
@@ -99,19 +122,21 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, port: int, wo
         MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
-    shipped: dict[str, Any] = {}
-    error = None
+    shipped = _Shipped(workdir_path / f"rank{rank}.json")
     try:
         fn(shipped, rank, world_size, *args)
     except BaseException:
-        error = traceback.format_exc()
-    (workdir_path / f"rank{rank}.json").write_text(json.dumps({"shipped": shipped, "error": error}), encoding="utf-8")
+        shipped.error = traceback.format_exc()
+    shipped.write()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0 if error is None else 1)
+    os._exit(0 if shipped.error is None else 1)
 
 
 def _kill_group(process: multiprocessing.process.BaseProcess) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(process.pid, signal.SIGUSR1)
+        process.join(STACK_DUMP_WAIT_S)
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):  # not yet its own group leader, or gone already

@@ -30,7 +30,8 @@ import torch
 
 PEER_GRACE_S = 10.0  # after a rank failed, how long its peers get to fail or finish on their own
 STACK_DUMP_WAIT_S = 1.0  # before a kill, how long a rank gets to write its Python stacks (SIGUSR1) to its log
-LOG_TAIL_LINES = 40
+LOG_TAIL_LINES = 30
+STACK_LINES = 12  # innermost frames of a killed rank's stack shown in its failure
 
 
 @dataclasses.dataclass
@@ -50,14 +51,22 @@ class RankOutcome:
             return "(no output)"
         return "\n".join(lines[-LOG_TAIL_LINES:]) or "(no output)"
 
+    def stack(self) -> str:
+        """Innermost frames first, as the rank dumped them when it was about to be killed."""
+        try:
+            lines = self.log.with_suffix(".stack").read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return "(no stack dumped)"
+        return "\n".join(lines[:STACK_LINES]) or "(no stack dumped)"
+
     def failure(self) -> str | None:
         """Why this rank failed, with its traceback or the tail of its output; None when it finished cleanly."""
         if self.error is not None:
             return f"rank {self.rank} raised:\n{self.error.rstrip()}"
         if self.killed is not None:
             return (
-                f"rank {self.rank} {self.killed} and was killed with its process group;"
-                f" its last output ({self.log}):\n{self.log_tail()}"
+                f"rank {self.rank} {self.killed} and was killed with its process group; where it was:\n"
+                f"{self.stack()}\nits last output ({self.log}):\n{self.log_tail()}"
             )
         if self.exitcode != 0:
             return (
@@ -88,6 +97,8 @@ def _redirect_output(log: Path) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 (the streams of the rank's whole life)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
 
 class _Shipped(dict):
@@ -113,7 +124,8 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, port: int, wo
     os.setsid()
     workdir_path = Path(workdir)
     _redirect_output(workdir_path / f"rank{rank}.log")
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    stack_file = open(workdir_path / f"rank{rank}.stack", "w")  # noqa: SIM115 (open until the rank exits)
+    faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=True)
     os.environ.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),

@@ -28,6 +28,15 @@ def process_group(device: str, rank: int, world_size: int, timeout_s: float) -> 
         dist.destroy_process_group()
 
 
+def without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Every dropout of the model (the base model's too: BERT's are 0.1) at 0: each rank would draw its own masks on
+    its share of the batch, which a single-process run on the whole batch cannot reproduce."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model
+
+
 def trainable_bytes(model: torch.nn.Module) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 

@@ -14,7 +14,8 @@ a few KiB of adapter weights make one bucket and nothing would be split).
 Per case: breaks, splits and recompiles within budget, none unexpected; nothing compiles after the first
 train -> eval -> train cycle; the mean of the ranks' losses equals a single-process eager run on the same global
 batches; after training the trainable weights are identical on every rank and equal eager's.
-Dropout is 0: each rank would draw its own masks, which a single-process run cannot reproduce.
+Dropout is 0 (the adapter's and the base model's): each rank would draw its own masks, which a single-process run
+cannot reproduce.
 """
 
 from __future__ import annotations
@@ -71,10 +72,10 @@ def run_rank(shipped: dict, rank: int, world_size: int, case: dict) -> None:
     if case["tier"] == "cuda":
         torch.cuda.set_device(rank)
     dtype = torch.bfloat16 if case["tier"] == "cuda" else None
-    with distributed.process_group(device, rank, world_size, case["timeout"]):
+    with distributed.process_group(device, rank, world_size, case["timeout"]), contextlib.ExitStack() as settings:
         model = bench_models.build_peft_model(case["model"], case["method"], device=device, dtype=dtype, **OVERRIDES)
+        distributed.without_dropout(model)
         audit = CaseAudit(case["id"], Budget.from_dict(case["budget"]), backend=case["backend"])
-        settings = contextlib.ExitStack()
         if case["scenario"] == "ddp":
             bucket_bytes = max(1, distributed.trainable_bytes(model) // 2)
             settings.enter_context(distributed.ddp_buckets_of(bucket_bytes))
@@ -85,19 +86,21 @@ def run_rank(shipped: dict, rank: int, world_size: int, case: dict) -> None:
         settings.enter_context(counting_ddp_splits(audit.counting_backend))
         optimizer = bench_models.make_optimizer(model)
         shipped["losses"] = []
-        with settings, contextlib.suppress(KnownFailureConfirmed):
-            for step, (name, kind, length) in enumerate(PLAN):
-                batch = distributed.shard_batch(global_batch(case, step, length, device), rank, world_size)
-                try:
-                    with audit.phase(name, kind):
-                        if kind == "train":
-                            shipped["losses"].append(bench_models.train_step(compiled, optimizer, batch).item())
-                        else:
-                            bench_models.eval_step(compiled, batch)
-                finally:
-                    shipped["audit"] = result_to_data(audit.result)
-            audit.steady_state_after(FIRST_CYCLE_ENDS)
-            shipped["audit"] = result_to_data(audit.result)
+        for step, (name, kind, length) in enumerate(PLAN):
+            batch = distributed.shard_batch(global_batch(case, step, length, device), rank, world_size)
+            try:
+                with audit.phase(name, kind):
+                    if kind == "train":
+                        shipped["losses"].append(bench_models.train_step(compiled, optimizer, batch).item())
+                    else:
+                        bench_models.eval_step(compiled, batch)
+            except KnownFailureConfirmed:
+                shipped["stopped_in"] = name
+                return
+            finally:
+                shipped["audit"] = result_to_data(audit.result)
+        audit.steady_state_after(FIRST_CYCLE_ENDS)
+        shipped["audit"] = result_to_data(audit.result)
         shipped["trainable"] = tensors_to_data(distributed.full_trainable_state(model))
 
 
@@ -115,7 +118,8 @@ def eager_reference(case, model, device: str) -> tuple[list[torch.Tensor], dict[
 def run_distributed_case(case, device, make_peft_model, case_audit, tmp_path) -> None:
     if case.tier == "cuda" and torch.cuda.device_count() < WORLD_SIZE:
         pytest.skip(f"{case.scenario} on the GPU tier needs {WORLD_SIZE} GPUs, {torch.cuda.device_count()} visible")
-    eager = make_peft_model(**OVERRIDES)  # the same seeded build as every rank's; skips with the registry's reason
+    # The same seeded build as every rank's; skips with the registry's reason.
+    eager = distributed.without_dropout(make_peft_model(**OVERRIDES))
     spec = {
         **case.report_fields(),
         "id": case.id,
@@ -129,7 +133,7 @@ def run_distributed_case(case, device, make_peft_model, case_audit, tmp_path) ->
     failures = [o.failure() for o in outcomes if o.failure()]
     if failures:
         raise RankFailed(f"{case.id}: " + "\n\n".join(failures))
-    if any("trainable" not in o.shipped for o in outcomes):
+    if any("stopped_in" in o.shipped for o in outcomes):
         return  # a known failure hit the recompile limit again and stopped the ranks: the verdict is settled
 
     tolerance = TOLERANCES[case.tier]

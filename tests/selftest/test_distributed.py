@@ -11,14 +11,15 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from bench_models.distributed import ddp_buckets_of, process_group
-from compile_audit import ranks
+from compile_audit import matrix, ranks
 from compile_audit.budgets import Budget, BudgetFile, BudgetFileError
 from compile_audit.case import CaseAudit
 from compile_audit.ddp_splits import counting_ddp_splits
 from compile_audit.rank_results import merge_rank_results, rank_divergence, tensors_from_data, tensors_to_data
+from compile_audit.report import summary_table
 from compile_audit.result_data import result_from_data, result_to_data
 from compile_audit.verdict import judge
-from tests.selftest import toys
+from tests.selftest import fake_reports, toys
 
 pytestmark = pytest.mark.selftest
 
@@ -174,3 +175,14 @@ def test_a_ddp_splits_budget_needs_a_note(tmp_path):
     budgets = BudgetFile.load(path)
     assert budgets.budget_for("a/b/ddp").ddp_splits == 2
     assert "ddp_splits = 2" in budgets.dumps()
+
+
+def test_ddp_splits_show_in_the_terminal_table_and_the_matrix():
+    split = {**fake_reports.case("llama-tiny/lora/ddp"), "ddp_splits": {"count": 4, "budget": 4}}
+    plain = fake_reports.case("llama-tiny/lora/train-eval-train")
+    header, *rows = summary_table([split, plain])
+    assert header.split() == ["case", "breaks", "splits", "recompiles", "unexpected", "seconds", "status"]
+    assert rows[0].split()[:3] == ["llama-tiny/lora/ddp", "0/0", "4/4"]
+    assert "4 DDP splits" in matrix.cell(split, matrix.Footnotes())
+    assert "DDP splits" not in matrix.cell(plain, matrix.Footnotes())
+    assert "splits" not in summary_table([plain])[0]

@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from bench_models.distributed import ddp_buckets_of, process_group
-from compile_audit import matrix, ranks
+from compile_audit import diff, matrix, ranks
 from compile_audit.budgets import Budget, BudgetFile, BudgetFileError
 from compile_audit.case import CaseAudit
 from compile_audit.ddp_splits import counting_ddp_splits
@@ -186,3 +186,11 @@ def test_ddp_splits_show_in_the_terminal_table_and_the_matrix():
     assert "4 DDP splits" in matrix.cell(split, matrix.Footnotes())
     assert "DDP splits" not in matrix.cell(plain, matrix.Footnotes())
     assert "splits" not in summary_table([plain])[0]
+
+
+def test_a_change_of_ddp_splits_shows_in_the_diff():
+    before = {**fake_reports.case("llama-tiny/lora/ddp"), "ddp_splits": {"count": 4, "budget": 4}}
+    after = {**before, "ddp_splits": {"count": 6, "budget": 4}}
+    changed = diff.compare_case(before, after, timing_threshold=0.1, memory_threshold=0.1)
+    assert [c.text for c in changed.changes] == ["ddp splits 4 -> 6 (+2)"]
+    assert changed.regressed

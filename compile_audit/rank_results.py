@@ -16,13 +16,14 @@ def rank_phase(rank: int, name: str) -> str:
     return f"rank{rank}/{name}"
 
 
-def merge_rank_results(results: Sequence[AuditResult]) -> AuditResult:
-    """One result for the case: every rank's phases, renamed ``rank<N>/<phase>`` and interleaved step by step
-    (rank 0's first phase, rank 1's first phase, ...), so counts are summed over the ranks and the steady state
-    starts after the last rank's copy of the phase each rank named."""
+def merge_rank_results(per_rank: Sequence[AuditResult | None]) -> AuditResult:
+    """One result for the case from each rank's (``None``: that rank shipped none): every rank's phases, renamed
+    ``rank<N>/<phase>`` and interleaved step by step (rank 0's first phase, rank 1's first phase, ...), so counts are
+    summed over the ranks and the steady state starts after the last rank's copy of the phase each rank named."""
+    results = [(rank, result) for rank, result in enumerate(per_rank) if result is not None]
     phases = []
-    for index in range(max((len(r.phases) for r in results), default=0)):
-        for rank, result in enumerate(results):
+    for index in range(max((len(r.phases) for _, r in results), default=0)):
+        for rank, result in results:
             if index < len(result.phases):
                 phase = result.phases[index]
                 renamed = [dataclasses.replace(r, phase=rank_phase(rank, r.phase)) for r in phase.recompiles]
@@ -32,10 +33,10 @@ def merge_rank_results(results: Sequence[AuditResult]) -> AuditResult:
                 )
     explained = [
         dataclasses.replace(report, call=rank_phase(rank, report.call))
-        for rank, result in enumerate(results)
+        for rank, result in results
         for report in result.explained
     ]
-    steady = [(rank, r.steady_state_from) for rank, r in enumerate(results) if r.steady_state_from]
+    steady = [(rank, r.steady_state_from) for rank, r in results if r.steady_state_from]
     return AuditResult(
         explained=explained,
         phases=phases,

@@ -164,6 +164,8 @@ def test_merged_ranks_name_their_phases_and_keep_the_steady_state_per_rank():
     assert [p.name for p in merged.phases] == names
     assert [p.name for p in merged.steady_state_compiles] == names[2:]
     assert {r.phase for r in merged.recompiles} == set(names[2:])
+    only_rank_1 = merge_rank_results([None, audit.result])
+    assert [p.name for p in only_rank_1.phases] == names[1::2]
 
 
 def test_a_ddp_splits_budget_needs_a_note(tmp_path):

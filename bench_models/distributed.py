@@ -3,29 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import datetime
 from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
-
-
-def backend_for(device: str) -> str:
-    return "nccl" if device.startswith("cuda") else "gloo"
-
-
-@contextlib.contextmanager
-def process_group(device: str, rank: int, world_size: int, timeout_s: float) -> Iterator[None]:
-    """The default process group (env:// rendezvous: MASTER_ADDR and MASTER_PORT set by the launcher)."""
-    dist.init_process_group(
-        backend_for(device), rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s)
-    )
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
 
 
 def without_dropout(model: torch.nn.Module) -> torch.nn.Module:

@@ -1,17 +1,20 @@
 """Run a function on N local ranks (one process each) and collect what each shipped, within a timeout.
 
 Each rank runs in its own process group (``os.setsid``), with ``MASTER_ADDR=127.0.0.1`` and a free port, its
-output in ``rank<N>.log`` and one intra-op thread. The function gets a dict to fill with plain data (JSON) as it
-goes, written to ``rank<N>.json`` at every assignment; it comes back even when the rank raised (with the traceback
-text) or was killed (as far as it got). A rank still running at the deadline, or a few seconds after a peer failed
-(its collectives would wait for the peer), first writes its Python stacks to its log, then is killed with its
-process group: a hung rank is a failure that shows where it hung, never a hung session.
+output in ``rank<N>.log`` and one intra-op thread. The launcher creates the default torch.distributed process group
+around the function and destroys it only once the function has returned and its objects (a DDP wrapper) are gone:
+a DDP wrapper freed after its group was destroyed can hang the rank. The function gets a dict to fill with plain
+data (JSON) as it goes, written to ``rank<N>.json`` at every assignment; it comes back even when the rank raised
+(with the traceback text) or was killed (as far as it got). A rank still running at the deadline, or a few seconds
+after a peer failed (its collectives would wait for the peer), first writes its Python stacks to its log, then is
+killed with its process group: a hung rank is a failure that shows where it hung, never a hung session.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import faulthandler
 import json
 import multiprocessing
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 PEER_GRACE_S = 10.0  # after a rank failed, how long its peers get to fail or finish on their own
 STACK_DUMP_WAIT_S = 1.0  # before a kill, how long a rank gets to write its Python stacks (SIGUSR1) to its log
@@ -120,7 +124,28 @@ class _Shipped(dict):
         os.replace(partial, self.path)
 
 
-def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, port: int, workdir: str, args: tuple) -> None:
+def _run(
+    fn: Callable[..., Any], shipped: _Shipped, rank: int, world_size: int, backend: str, timeout: float, args: tuple
+):
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout))
+    try:
+        fn(shipped, rank, world_size, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def _rank_main(
+    fn: Callable[..., Any],
+    rank: int,
+    world_size: int,
+    port: int,
+    workdir: str,
+    backend: str,
+    timeout: float,
+    args: tuple,
+) -> None:
     os.setsid()
     workdir_path = Path(workdir)
     _redirect_output(workdir_path / f"rank{rank}.log")
@@ -136,7 +161,7 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, port: int, wo
     torch.set_num_threads(1)
     shipped = _Shipped(workdir_path / f"rank{rank}.json")
     try:
-        fn(shipped, rank, world_size, *args)
+        _run(fn, shipped, rank, world_size, backend, timeout, args)
     except BaseException:
         shipped.error = traceback.format_exc()
     shipped.write()
@@ -178,9 +203,11 @@ def launch(
     world_size: int,
     timeout: float,
     workdir: str | Path,
+    backend: str = "gloo",
     start_method: str | None = None,
 ) -> list[RankOutcome]:
-    """Run ``fn(shipped, rank, world_size, *args)`` on ``world_size`` ranks; one outcome per rank, in rank order.
+    """Run ``fn(shipped, rank, world_size, *args)`` on ``world_size`` ranks in a process group of ``backend`` (gloo;
+    nccl: rank N on GPU N); one outcome per rank, in rank order.
 
     ``fn`` must be importable by name for the spawn start method. ``timeout``: seconds for all ranks together."""
     workdir = Path(workdir)
@@ -190,7 +217,7 @@ def launch(
     started = time.monotonic()
     deadline = started + timeout
     processes = [
-        context.Process(target=_rank_main, args=(fn, rank, world_size, port, str(workdir), args))
+        context.Process(target=_rank_main, args=(fn, rank, world_size, port, str(workdir), backend, timeout, args))
         for rank in range(world_size)
     ]
     ended: dict[int, float] = {}

@@ -69,10 +69,8 @@ def global_batch(case, step: int, length: int, device: str) -> dict[str, torch.T
 def run_rank(shipped: dict, rank: int, world_size: int, case: dict) -> None:
     """One rank of a case: train and evaluate the wrapped, compiled model, shipping the audit after each phase."""
     device = f"cuda:{rank}" if case["tier"] == "cuda" else "cpu"
-    if case["tier"] == "cuda":
-        torch.cuda.set_device(rank)
     dtype = torch.bfloat16 if case["tier"] == "cuda" else None
-    with distributed.process_group(device, rank, world_size, case["timeout"]), contextlib.ExitStack() as settings:
+    with contextlib.ExitStack() as settings:
         model = bench_models.build_peft_model(case["model"], case["method"], device=device, dtype=dtype, **OVERRIDES)
         distributed.without_dropout(model)
         audit = CaseAudit(case["id"], Budget.from_dict(case["budget"]), backend=case["backend"])
@@ -120,13 +118,15 @@ def run_distributed_case(case, device, make_peft_model, case_audit, tmp_path) ->
         pytest.skip(f"{case.scenario} on the GPU tier needs {WORLD_SIZE} GPUs, {torch.cuda.device_count()} visible")
     # The same seeded build as every rank's; skips with the registry's reason.
     eager = distributed.without_dropout(make_peft_model(**OVERRIDES))
-    spec = {
-        **case.report_fields(),
-        "id": case.id,
-        "budget": case_audit.budget.to_dict(),
-        "timeout": RANK_TIMEOUT_S[case.tier],
-    }
-    outcomes = launch(run_rank, (spec,), world_size=WORLD_SIZE, timeout=RANK_TIMEOUT_S[case.tier], workdir=tmp_path)
+    spec = {**case.report_fields(), "id": case.id, "budget": case_audit.budget.to_dict()}
+    outcomes = launch(
+        run_rank,
+        (spec,),
+        world_size=WORLD_SIZE,
+        timeout=RANK_TIMEOUT_S[case.tier],
+        workdir=tmp_path,
+        backend="nccl" if case.tier == "cuda" else "gloo",
+    )
     if any("audit" in o.shipped for o in outcomes):
         audits = [result_from_data(o.shipped["audit"]) if "audit" in o.shipped else None for o in outcomes]
         case_audit.result = merge_rank_results(audits)

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from bench_models.distributed import ddp_buckets_of, process_group
+from bench_models.distributed import ddp_buckets_of
 from compile_audit import diff, matrix, ranks
 from compile_audit.budgets import Budget, BudgetFile, BudgetFileError
 from compile_audit.case import CaseAudit
@@ -33,17 +33,16 @@ def _launch(fn, *args, timeout=TIMEOUT_S, tmp_path):
 
 def train_alone(shipped, rank, world_size, sync):
     """A toy trained on this rank's own data; gradients averaged over the ranks only when ``sync``."""
-    with process_group("cpu", rank, world_size, TIMEOUT_S):
-        torch.manual_seed(0)
-        model = toys.Clean().eval()
-        trained = DistributedDataParallel(model) if sync else model
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        for step in range(2):
-            torch.manual_seed(100 * rank + step)
-            trained(torch.randn(3, 4)).square().mean().backward()
-            optimizer.step()
-            optimizer.zero_grad()
-        shipped["weights"] = tensors_to_data({n: p.detach() for n, p in model.named_parameters()})
+    torch.manual_seed(0)
+    model = toys.Clean().eval()
+    trained = DistributedDataParallel(model) if sync else model
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(2):
+        torch.manual_seed(100 * rank + step)
+        trained(torch.randn(3, 4)).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    shipped["weights"] = tensors_to_data({n: p.detach() for n, p in model.named_parameters()})
 
 
 def test_ranks_that_train_different_weights_are_reported(tmp_path):
@@ -80,10 +79,9 @@ def test_a_hung_rank_is_a_failure_within_its_timeout(tmp_path):
 
 
 def raise_on_rank_1(shipped, rank, world_size):
-    with process_group("cpu", rank, world_size, TIMEOUT_S):
-        if rank == 1:
-            raise RuntimeError("planted failure on rank 1")
-        dist.barrier()  # waits for rank 1, which never comes
+    if rank == 1:
+        raise RuntimeError("planted failure on rank 1")
+    dist.barrier()  # waits for rank 1, which never comes
 
 
 def test_a_rank_that_raises_fails_with_its_traceback_and_its_peers_are_stopped(tmp_path, monkeypatch):
@@ -99,16 +97,15 @@ def test_a_rank_that_raises_fails_with_its_traceback_and_its_peers_are_stopped(t
 
 def audit_under_ddp(shipped, rank, world_size, planted_break):
     """The toy under DDP with one bucket per Linear (bucket cap: one Linear's bytes), audited."""
-    with process_group("cpu", rank, world_size, TIMEOUT_S):
-        torch.manual_seed(0)
-        model = toys.TwoLinears(planted_break)
-        cap = sum(p.numel() * p.element_size() for p in model.first.parameters())
-        with ddp_buckets_of(cap):
-            audit = CaseAudit("toy/ddp/train", Budget())
-            compiled = audit.compile(DistributedDataParallel(model, bucket_cap_mb=cap / 2**20))
-            with counting_ddp_splits(audit.counting_backend), audit.phase("train-1", "train"):
-                compiled(torch.randn(2, 4)).sum().backward()
-        shipped["audit"] = result_to_data(audit.result)
+    torch.manual_seed(0)
+    model = toys.TwoLinears(planted_break)
+    cap = sum(p.numel() * p.element_size() for p in model.first.parameters())
+    with ddp_buckets_of(cap):
+        audit = CaseAudit("toy/ddp/train", Budget())
+        compiled = audit.compile(DistributedDataParallel(model, bucket_cap_mb=cap / 2**20))
+        with counting_ddp_splits(audit.counting_backend), audit.phase("train-1", "train"):
+            compiled(torch.randn(2, 4)).sum().backward()
+    shipped["audit"] = result_to_data(audit.result)
 
 
 def _merged(tmp_path, planted_break):

@@ -124,12 +124,26 @@ class _Shipped(dict):
         os.replace(partial, self.path)
 
 
+def _store(rank: int, world_size: int, port: int, timeout: datetime.timedelta) -> dist.TCPStore:
+    """The rendezvous store, listening on 127.0.0.1 only (by default it listens on every interface)."""
+    listen_fd = None
+    if rank == 0:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+        listen_fd = server.detach()  # the store owns it from here
+    return dist.TCPStore("127.0.0.1", port, world_size, rank == 0, timeout=timeout, master_listen_fd=listen_fd)
+
+
 def _run(
-    fn: Callable[..., Any], shipped: _Shipped, rank: int, world_size: int, backend: str, timeout: float, args: tuple
-):
+    fn: Callable[..., Any], shipped: _Shipped, rank: int, world_size: int, port: int, backend: str, seconds: float, args
+) -> None:
     if backend == "nccl":
         torch.cuda.set_device(rank)
-    dist.init_process_group(backend, rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout))
+    timeout = datetime.timedelta(seconds=seconds)
+    store = _store(rank, world_size, port, timeout)
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     try:
         fn(shipped, rank, world_size, *args)
     finally:
@@ -161,7 +175,7 @@ def _rank_main(
     torch.set_num_threads(1)
     shipped = _Shipped(workdir_path / f"rank{rank}.json")
     try:
-        _run(fn, shipped, rank, world_size, backend, timeout, args)
+        _run(fn, shipped, rank, world_size, port, backend, timeout, args)
     except BaseException:
         shipped.error = traceback.format_exc()
     shipped.write()

@@ -12,9 +12,10 @@ Format (TOML, one table per case, diff-friendly)::
     note = "Dynamo: Unsupported method call ... (peft/utils/integrations.py:90)"
     break_signatures = ["peft/utils/integrations.py in get_bnb_param_type: Unsupported method call"]
     recompile_signatures = []       # (frame, guarded kind) of each unexpected recompile allowed
+    ddp_splits = 1                  # most DDPOptimizer graph splits (bucket boundaries, not breaks; default 0)
 
-A case without an entry gets the default: 0 graph breaks, 0 unexpected recompiles, and any
-number of expected ones. A non-zero ``graph_breaks`` or ``unexpected_recompiles`` needs a note.
+A case without an entry gets the default: 0 graph breaks, 0 unexpected recompiles, 0 DDP splits, and any
+number of expected ones. A non-zero ``graph_breaks``, ``unexpected_recompiles`` or ``ddp_splits`` needs a note.
 A recorded entry allows only the break and unexpected-recompile signatures it lists (identity, not only
 counts): a new one fails even when the count is within budget.
 """
@@ -40,6 +41,7 @@ _FIELDS = (
     "known_failure",
     "break_signatures",
     "recompile_signatures",
+    "ddp_splits",
 )
 _TOML_ERROR_LINE = re.compile(r"at line (\d+)")
 
@@ -59,6 +61,7 @@ class Budget:
     known_failure: str = ""
     break_signatures: tuple[str, ...] = ()  # break signatures allowed (GraphBreak.signature)
     recompile_signatures: tuple[str, ...] = ()  # unexpected-recompile signatures allowed (Recompile.signature)
+    ddp_splits: int = 0  # graph splits DDPOptimizer makes at DDP bucket boundaries (compile_audit.ddp_splits)
     line: int | None = None  # where the entry starts in the file; None for the default
     recorded: bool = False  # False when the case has no entry and the default applies
 
@@ -80,6 +83,7 @@ class Observed:
     unexpected_recompiles: int
     break_signatures: tuple[str, ...] = ()
     recompile_signatures: tuple[str, ...] = ()
+    ddp_splits: int = 0
 
 
 @dataclasses.dataclass
@@ -94,6 +98,7 @@ def compare(observed: Observed, budget: Budget) -> CountComparison:
         ("graph breaks", observed.graph_breaks, budget.graph_breaks),
         ("recompiles", observed.recompiles, budget.recompiles),
         ("unexpected recompiles", observed.unexpected_recompiles, budget.unexpected_recompiles),
+        ("ddp splits", observed.ddp_splits, budget.ddp_splits),
     ]
     for label, seen, allowed in checks:
         if allowed is None:
@@ -168,13 +173,15 @@ def _parse_entry(path: Path, case_id: str, raw: Any, line: int | None) -> Budget
         known_failure=known_failure.strip(),
         break_signatures=_check_signatures(where, "break_signatures", raw.get("break_signatures", [])),
         recompile_signatures=_check_signatures(where, "recompile_signatures", raw.get("recompile_signatures", [])),
+        ddp_splits=_check_count(path, line, case_id, "ddp_splits", raw.get("ddp_splits", 0)),
         line=line,
         recorded=True,
     )
-    if (budget.graph_breaks or budget.unexpected_recompiles) and not budget.note:
+    if (budget.graph_breaks or budget.unexpected_recompiles or budget.ddp_splits) and not budget.note:
+        splits = f", ddp_splits={budget.ddp_splits}" if budget.ddp_splits else ""
         raise BudgetFileError(
             f"{where}: graph_breaks={budget.graph_breaks}, unexpected_recompiles="
-            f"{budget.unexpected_recompiles} but no note; a budget above zero must say why"
+            f"{budget.unexpected_recompiles}{splits} but no note; a budget above zero must say why"
         )
     if budget.recompiles is not None and budget.unexpected_recompiles > budget.recompiles:
         raise BudgetFileError(
@@ -265,6 +272,8 @@ class BudgetFile:
             if budget.recompiles is not None:
                 out.append(f"recompiles = {budget.recompiles}")
             out.append(f"unexpected_recompiles = {budget.unexpected_recompiles}")
+            if budget.ddp_splits:
+                out.append(f"ddp_splits = {budget.ddp_splits}")
             if budget.note:
                 out.append(f"note = {json.dumps(budget.note, ensure_ascii=False)}")
             if budget.known_failure:
@@ -288,7 +297,7 @@ class BudgetFile:
         above zero; a note written by hand is never overwritten.
         """
         previous = self.entries.get(case_id)
-        needs_note = observed.graph_breaks or observed.unexpected_recompiles
+        needs_note = observed.graph_breaks or observed.unexpected_recompiles or observed.ddp_splits
         hand_written = previous is not None and previous.note and not previous.note.startswith(AUTO_NOTE_PREFIX)
         if hand_written:
             note = previous.note
@@ -302,6 +311,7 @@ class BudgetFile:
             known_failure=previous.known_failure if previous else "",
             break_signatures=tuple(sorted(observed.break_signatures)),
             recompile_signatures=tuple(sorted(observed.recompile_signatures)),
+            ddp_splits=observed.ddp_splits,
             recorded=True,
         )
 

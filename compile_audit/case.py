@@ -54,6 +54,13 @@ class CaseAudit:
     def compile(self, fn: Any, **compile_kwargs: Any) -> Any:
         return self._start().compile(fn, **compile_kwargs)
 
+    @property
+    def counting_backend(self) -> Any:
+        """The backend that counts graphs and breaks (``compile_audit.recompiles.CountingBackend``)."""
+        if self._phases is None:
+            raise RuntimeError("counting_backend before compile()")
+        return self._phases.backend
+
     def backend_name(self) -> str:
         """For code that calls ``torch.compile`` itself (the transformers Trainer): the audit's counting
         backend registered under a fresh name to pass as ``backend=``."""

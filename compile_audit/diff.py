@@ -57,6 +57,7 @@ METRICS = (
     "graph breaks",
     "unexpected recompiles",
     "recompiles",
+    "ddp splits",
     "compiled step",
     "memory",
 )
@@ -307,7 +308,8 @@ def compare_case(
         if (unexpected and unexpected.delta > 0) or (recompiles and recompiles.delta > 0):
             details += _new_recompile_lines(base, head)
         changes += [_limit_change(base, head, details), _signature_change(base, head, details)]
-        changes += [breaks, unexpected, recompiles]
+        splits = _count_change("ddp splits", count(base, "ddp_splits", "count"), count(head, "ddp_splits", "count"))
+        changes += [breaks, unexpected, recompiles, splits]
     base_bench, head_bench = section(base, "benchmarks"), section(head, "benchmarks")
     step = base_bench.get(STEP_TIME_KEY), head_bench.get(STEP_TIME_KEY)
     changes.append(_percent_change("compiled step", "compiled step", *step, timing_threshold))

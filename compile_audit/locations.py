@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sysconfig
 import types
 
 _PACKAGE_ROOT_MARKERS = ("site-packages", "dist-packages")
@@ -15,9 +16,12 @@ def short_path(filename: str) -> str:
         if marker in parts:
             index = len(parts) - 1 - parts[::-1].index(marker)
             return "/".join(parts[index + 1 :])
-    cwd = os.getcwd().replace("\\", "/") + "/"
     normalized = "/".join(parts)
-    return normalized[len(cwd) :] if normalized.startswith(cwd) else normalized
+    for root in (os.getcwd(), sysconfig.get_paths()["stdlib"]):  # the checkout; Python's own library (contextlib.py)
+        prefix = root.replace("\\", "/").rstrip("/") + "/"
+        if normalized.startswith(prefix):
+            return normalized[len(prefix) :]
+    return normalized
 
 
 def location(filename: str, lineno: int | None) -> str:

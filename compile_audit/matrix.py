@@ -37,6 +37,7 @@ LEGEND = [
     "- 🚧 known failure: PEFT cannot pass this case today (`known_failure` in the budgets file; see footnote)",
     "- `(N unexp.)`: N of the recompiles were unexpected (not caused by the train/eval switch)",
     "- `recompile limit`: Dynamo gave up on a frame and ran it eagerly from then on",
+    "- `N DDP splits`: graphs Dynamo's DDPOptimizer cut at DDP's gradient bucket boundaries (not graph breaks)",
     "- `1.63×`: compiled step time speedup over eager (GPU tier only)",
     f"- {NOT_A_CASE}: no such case (the method does not support the scenario or this model)",
 ]
@@ -92,6 +93,9 @@ def cell(case: dict[str, Any], footnotes: Footnotes) -> str:
     unexpected = count(case, "recompiles", "unexpected")
     if unexpected:
         text += f" ({unexpected} unexp.)"
+    splits = count(case, "ddp_splits", "count")
+    if splits:
+        text += f" · {splits} DDP splits"
     if recompile_limit_hits(case):
         text += " recompile limit"
     speedup = (case.get("benchmarks") or {}).get("speedup")

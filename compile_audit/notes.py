@@ -10,7 +10,8 @@ MOST_COMMON_GUARDS = 3
 
 
 def auto_note(result: AuditResult) -> str:
-    """Each distinct break once (reason kind, location, count), then the most common unexpected guard failures."""
+    """Each distinct break once (reason kind, location, count), the most common unexpected guard failures, then
+    the DDP splits."""
     parts = []
     for report in result.graph_breaks:
         for brk, occurrences in report.grouped():
@@ -22,4 +23,10 @@ def auto_note(result: AuditResult) -> str:
     if guards:
         common = "; ".join(f"{guard} (x{n})" for guard, n in guards.most_common(MOST_COMMON_GUARDS))
         parts.append(f"{sum(guards.values())} unexpected recompile(s), most common guard failures: {common}")
+    if result.ddp_split_count:
+        graphs = len(result.ddp_splits)
+        parts.append(
+            f"{result.ddp_split_count} DDP split(s) of {graphs} graph(s): DDPOptimizer intentional graph-break at"
+            " DDP gradient bucket boundaries (not a graph break: the pieces stay compiled)"
+        )
     return "; ".join(dict.fromkeys(parts))

@@ -20,6 +20,7 @@ import torch
 import torch._dynamo
 from torch._dynamo.callback import CallbackArgs, CallbackTrigger
 
+from compile_audit.ddp_splits import GraphSplit, is_ddp_piece
 from compile_audit.graph_breaks import GraphBreak, GraphBreakReport, graph_break_of
 from compile_audit.guards import GuardFailure, parse_guard_failure
 from compile_audit.locations import code_location, location
@@ -120,35 +121,47 @@ class PhaseRecord:
     recompiles: list[Recompile] = dataclasses.field(default_factory=list)
     graph_breaks: list[GraphBreak] = dataclasses.field(default_factory=list)
     limit_hits: list[RecompileLimitHit] = dataclasses.field(default_factory=list)
+    ddp_splits: list[GraphSplit] = dataclasses.field(default_factory=list)
 
     def break_report(self) -> GraphBreakReport:
         return GraphBreakReport(call=self.name, breaks=self.graph_breaks, graph_count=self.graphs_compiled)
 
     def to_dict(self) -> dict[str, Any]:
-        skip = ("recompiles", "graph_breaks", "limit_hits")
+        skip = ("recompiles", "graph_breaks", "limit_hits", "ddp_splits")
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
         data["graph_breaks"] = len(self.graph_breaks)
         data["recompiles"] = [r.to_dict() for r in self.recompiles]
         data["limit_hits"] = [h.to_dict() for h in self.limit_hits]
+        if self.ddp_splits:
+            data["ddp_splits"] = [dataclasses.asdict(s) for s in self.ddp_splits]
         return data
 
 
 class CountingBackend:
     """Wraps a real backend (name or callable); counts the graphs handed to it and, as
-    ``torch._dynamo.explain`` does, records the graph break that ended each graph."""
+    ``torch._dynamo.explain`` does, records the graph break that ended each graph. The pieces of a graph that
+    DDPOptimizer split are compiled but not counted (``compile_audit.ddp_splits``)."""
 
     def __init__(self, backend: str | Callable[..., Any] = "eager") -> None:
         self.name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
         self._inner = torch._dynamo.lookup_backend(backend) if isinstance(backend, str) else backend
         self.graphs = 0
         self.breaks: list[GraphBreak] = []
+        self.splits: list[GraphSplit] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        if not is_ddp_piece(gm):
+            self.count_graph(gm)
+        return self._inner(gm, example_inputs)
+
+    def count_graph(self, gm: torch.fx.GraphModule) -> None:
         self.graphs += 1
         brk = graph_break_of(getattr(gm, "compile_subgraph_reason", None))
         if brk is not None:
             self.breaks.append(brk)
-        return self._inner(gm, example_inputs)
+
+    def record_split(self, split: GraphSplit) -> None:
+        self.splits.append(split)
 
 
 def _guard_failure_counts() -> dict[Any, int]:
@@ -249,6 +262,7 @@ class PhaseAudit:
 
         listener = _PhaseListener(record, expect)
         graphs_before, breaks_before = self.backend.graphs, len(self.backend.breaks)
+        splits_before = len(self.backend.splits)
         started = time.perf_counter()
         try:
             with listener.installed():
@@ -257,6 +271,7 @@ class PhaseAudit:
             record.seconds = time.perf_counter() - started
             record.graphs_compiled = self.backend.graphs - graphs_before
             record.graph_breaks = self.backend.breaks[breaks_before:]
+            record.ddp_splits = self.backend.splits[splits_before:]
 
     @property
     def recompiles(self) -> list[Recompile]:

@@ -8,6 +8,7 @@ Schema ``compile-audit-report/1`` (documented in README.md)::
                 "status": "passed" | "failed" | "skipped" | "xfailed" | "error", "message": str | null,
                 "graph_breaks": {"count", "budget", "calls": [...]},
                 "recompiles": {"count", "budget", "unexpected", "unexpected_budget", "events": [...]},
+                "ddp_splits": {"count", "budget"},
                 "steady_state_compiles", "compile_seconds", "wall_seconds", "phases": [...],
                 "benchmarks": {...}}]}
 """
@@ -140,16 +141,20 @@ def _fraction(value: Any, budget: Any) -> str:
 
 
 def summary_table(cases: list[dict[str, Any]]) -> list[str]:
-    """Fixed-width lines: case, graph breaks/budget, recompiles/budget (unexpected), seconds, status."""
-    rows = [("case", "breaks", "recompiles", "unexpected", "seconds", "status")]
+    """Fixed-width lines: case, graph breaks/budget, DDP splits/budget (when a case has any), recompiles/budget
+    (unexpected), seconds, status."""
+    with_splits = any(count(c, "ddp_splits", "count") or count(c, "ddp_splits", "budget") for c in cases)
+    rows = [("case", "breaks", *(("splits",) if with_splits else ()), "recompiles", "unexpected", "seconds", "status")]
     for case in sorted(cases, key=lambda c: c["id"]):
         breaks, recompiles = section(case, "graph_breaks"), section(case, "recompiles")
+        splits = section(case, "ddp_splits")
         seconds = case.get("wall_seconds")
         status = case["status"] + (" (recompile limit hit)" if recompile_limit_hits(case) else "")
         rows.append(
             (
                 case["id"],
                 _fraction(breaks.get("count"), breaks.get("budget", 0)),
+                *((_fraction(splits.get("count"), splits.get("budget", 0)),) if with_splits else ()),
                 _fraction(recompiles.get("count"), recompiles.get("budget")),
                 _fraction(recompiles.get("unexpected"), recompiles.get("unexpected_budget", 0)),
                 "-" if seconds is None else f"{seconds:.1f}",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from compile_audit.ddp_splits import GraphSplit
 from compile_audit.graph_breaks import GraphBreak, GraphBreakReport
 from compile_audit.recompiles import PhaseRecord, Recompile, RecompileLimitHit
 
@@ -36,6 +37,15 @@ class AuditResult:
             for brk in report.breaks:
                 found.setdefault(brk.signature, brk)
         return found
+
+    @property
+    def ddp_splits(self) -> list[tuple[str, GraphSplit]]:
+        """(phase, split) of every graph DDPOptimizer split at bucket boundaries (not graph breaks)."""
+        return [(phase.name, split) for phase in self.phases for split in phase.ddp_splits]
+
+    @property
+    def ddp_split_count(self) -> int:
+        return sum(split.count for _, split in self.ddp_splits)
 
     @property
     def recompiles(self) -> list[Recompile]:
@@ -98,6 +108,7 @@ class AuditResult:
                 "limit_hits": [hit.to_dict() for hit in self.limit_hits],
                 "events": [r.to_dict() for r in self.recompiles],
             },
+            "ddp_splits": {"count": self.ddp_split_count},
             "steady_state_compiles": sum(p.frames_compiled for p in self.steady_state_compiles),
             "frames_compiled": self.frames_compiled,
             "compile_seconds": round(self.compile_seconds, 3),

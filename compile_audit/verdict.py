@@ -4,7 +4,7 @@ Problems, in the order a failure message lists them:
 
 - ``RECOMPILE_LIMIT``: Dynamo gave up on a frame and runs it eagerly. Fails whatever the budget;
   only a ``known_failure`` holds it, and such a run never feeds the ratchet.
-- ``OVER_BUDGET``: more graph breaks / recompiles / unexpected recompiles than the budget allows.
+- ``OVER_BUDGET``: more graph breaks / recompiles / unexpected recompiles / DDP splits than the budget allows.
 - ``NEW_SIGNATURE``: a break or unexpected-recompile signature the budget does not list, even within
   the counts.
 - ``STEADY_STATE``: a phase compiled after the scenario's first full cycle.
@@ -66,6 +66,7 @@ def observed(result: AuditResult) -> Observed:
         unexpected_recompiles=len(result.unexpected_recompiles),
         break_signatures=tuple(sorted(result.break_signatures)),
         recompile_signatures=tuple(sorted(result.recompile_signatures)),
+        ddp_splits=result.ddp_split_count,
     )
 
 
@@ -73,6 +74,9 @@ def _over_budget(result: AuditResult, budget: Budget, over: list[str], where: st
     section = [f"over budget ({where}): " + "; ".join(over)]
     if result.graph_break_count > budget.graph_breaks:
         section += ["graph breaks:", *(f"  {line}" for line in result.describe_breaks())]
+    if result.ddp_split_count > budget.ddp_splits:
+        section.append("ddp splits (DDPOptimizer, at gradient bucket boundaries; not graph breaks):")
+        section += [f"  [{phase}] {split.describe()}" for phase, split in result.ddp_splits]
     if result.recompiles:
         section.append("recompiles:")
         section += [f"  {r.describe()}" for r in result.recompiles[:MAX_LISTED]]
@@ -148,8 +152,9 @@ def _recompile_limit(result: AuditResult) -> Problem | None:
 def headline(case_id: str, result: AuditResult, budget: Budget) -> str:
     seen = observed(result)
     allowed = "expected only" if budget.recompiles is None else budget.recompiles
+    splits = f", ddp splits {seen.ddp_splits}/{budget.ddp_splits}" if seen.ddp_splits or budget.ddp_splits else ""
     return (
-        f"{case_id}: graph breaks {seen.graph_breaks}/{budget.graph_breaks}, "
+        f"{case_id}: graph breaks {seen.graph_breaks}/{budget.graph_breaks}{splits}, "
         f"recompiles {seen.recompiles}/{allowed}"
         f" ({seen.unexpected_recompiles} unexpected, budget {budget.unexpected_recompiles})"
     )

@@ -226,6 +226,7 @@ def _with_budget(audit: CaseAudit) -> dict[str, Any]:
     data["graph_breaks"]["budget"] = audit.budget.graph_breaks
     data["recompiles"]["budget"] = audit.budget.recompiles
     data["recompiles"]["unexpected_budget"] = audit.budget.unexpected_recompiles
+    data["ddp_splits"]["budget"] = audit.budget.ddp_splits
     return data
 
 

@@ -17,6 +17,8 @@ SCENARIOS: dict[str, str | None] = {
     "save-load": None,
     "inject-compiled": None,
     "inject-compiled-base": None,
+    "ddp": None,
+    "fsdp2": None,
 }
 # Lifecycle scenarios run LoRA by default, on one causal LM and the classifier (PEFT's two task code
 # paths), so that the CPU tier stays under 10 minutes on 2 cores; --full-matrix runs them on every tiny
@@ -31,6 +33,12 @@ DEPTH_DEFAULT_METHODS = ("lora", "lora-dora")
 # bert-tiny (the classifier's task path). The Trainer adds no method-specific code: IA3, prompt tuning and DoRA on
 # bert-tiny (30 s together, 0 breaks but DoRA's) run with --full-matrix, to keep the default run at 10 minutes.
 TRAINER_DEFAULT_METHODS = {"llama-tiny": ("lora", "lora-dora"), "bert-tiny": ("lora",)}
+# The distributed scenarios (2 ranks each) run these on llama-tiny by default; with --full-matrix CORE_METHODS on
+# llama-tiny and LoRA on the other tiny models; LoRA on the GPU tier. FSDP2 runs only LoRA by default: IA3 compiled
+# exactly as LoRA and DoRA hits the recompile limit as in train-eval-train, and the two cost 73 s (2026-12-01),
+# beyond the 90 s these scenarios may add to the default run.
+DISTRIBUTED_DEFAULT_METHODS = {"ddp": ("lora", "lora-dora", "ia3"), "fsdp2": ("lora",)}
+DISTRIBUTED_SCENARIOS = tuple(DISTRIBUTED_DEFAULT_METHODS)
 
 # Beyond llama-tiny (every method), each other architecture runs the clean core methods plus every method with
 # architecture-specific code; the whole product is behind --full-matrix. DoRA and LoHa on the other tiny models
@@ -110,6 +118,10 @@ def _cpu_methods(model: str, scenario: str, full_matrix: bool) -> list[str]:
         if full_matrix:
             return list(METHODS)
         return [m for m in QUANTIZED_DEFAULT_METHODS if m not in FULL_MATRIX_ONLY.get(model, ())]
+    if scenario in DISTRIBUTED_SCENARIOS:
+        if model != DEFAULT_FULL_METHOD_MODEL:
+            return ["lora"] if full_matrix and "lora" in METHODS else []
+        return [m for m in (CORE_METHODS if full_matrix else DISTRIBUTED_DEFAULT_METHODS[scenario]) if m in METHODS]
     if full_matrix:
         return list(METHODS)
     if scenario == "depth":
@@ -145,7 +157,7 @@ def cases_for(scenario: str, *, full_matrix: bool = False, cpu_backend: str = "e
             if _supports(method, scenario)
         ]
     gpu_methods = list(METHODS) if full_matrix else [m for m in CORE_METHODS if m in METHODS]
-    if scenario != "train-eval-train" and not full_matrix:
+    if scenario in DISTRIBUTED_SCENARIOS or (scenario != "train-eval-train" and not full_matrix):
         gpu_methods = [m for m in LIFECYCLE_DEFAULT_METHODS if m in METHODS]
     for model in GPU_MODELS:
         cases += [Case(model, m, scenario, "cuda", "inductor") for m in gpu_methods if _supports(m, scenario)]

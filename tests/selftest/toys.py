@@ -106,3 +106,18 @@ class LayerIndexed(Clean):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         torch._dynamo.graph_break()  # PLANTED:per-layer
         return self.linear(x) + self.index
+
+
+class TwoLinears(nn.Module):
+    """Two parameter layers, so that DDP with a bucket per layer has two buckets (and Dynamo splits there)."""
+
+    def __init__(self, planted_break: bool = False) -> None:
+        super().__init__()
+        self.first, self.second = nn.Linear(4, 4), nn.Linear(4, 4)
+        self.planted_break = planted_break
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.first(x).relu()
+        if self.planted_break:
+            torch._dynamo.graph_break()  # PLANTED:ddp-break
+        return self.second(x)

@@ -68,6 +68,19 @@ DEFAULT_FULL_METHOD_MODEL = "llama-tiny"
 GPU_MODELS = ("llama-tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b")
 
 CPU_BACKENDS = ("eager", "aot_eager")
+# The plan of the scenarios that run a model more than once per case (depth: two depths; ddp/fsdp2: two ranks and an
+# eager reference), shorter than train-eval-train's: (phase, kind, sequence length). Two lengths before the first
+# eval exercise dynamic shapes; the first train -> eval -> train cycle ends at train-3, after which nothing may
+# compile.
+SHORT_CYCLE_PLAN = [
+    ("train-1", "train", 8),
+    ("train-2", "train", 12),
+    ("eval-1", "eval", 8),
+    ("train-3", "train", 8),
+    ("eval-2", "eval", 12),
+    ("train-4", "train", 12),
+]
+SHORT_CYCLE_ENDS = "train-3"
 # Compiled-vs-eager parity per tier: fp32 on CPU; bf16 and inductor's fused kernels on CUDA.
 TOLERANCES = {"cpu": {"rtol": 1e-4, "atol": 1e-5}, "cuda": {"rtol": 2e-2, "atol": 2e-2}}
 

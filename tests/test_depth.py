@@ -18,19 +18,10 @@ from bench_models.workloads import eval_step
 from compile_audit.budgets import AUTO_NOTE_PREFIX
 from compile_audit.depth import growth_with_depth
 from compile_audit.recompiles import PhaseAudit
+from tests.cases import SHORT_CYCLE_ENDS, SHORT_CYCLE_PLAN
 
 DEPTH = 4  # already shows DoRA's per-layer recompiles and its recompile-limit hit
-# (phase, kind, sequence length): two lengths before the first eval exercise dynamic shapes; the first
-# train -> eval -> train cycle ends at train-3, after which nothing may compile.
-PLAN = [
-    ("train-1", "train", 8),
-    ("train-2", "train", 12),
-    ("eval-1", "eval", 8),
-    ("train-3", "train", 8),
-    ("eval-2", "eval", 12),
-    ("train-4", "train", 12),
-]
-FIRST_CYCLE_ENDS = "train-3"
+PLAN, FIRST_CYCLE_ENDS = SHORT_CYCLE_PLAN, SHORT_CYCLE_ENDS
 
 
 def _run(audit, model, case, device) -> None:

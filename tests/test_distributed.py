@@ -40,20 +40,12 @@ from compile_audit.rank_results import (
 )
 from compile_audit.ranks import launch
 from compile_audit.result_data import result_from_data, result_to_data
-from tests.cases import TOLERANCES
+from tests.cases import SHORT_CYCLE_ENDS, SHORT_CYCLE_PLAN, TOLERANCES
 
 WORLD_SIZE = 2
 RANK_TIMEOUT_S = {"cpu": 240, "cuda": 600}
 OVERRIDES = {"dropout": 0.0}
-PLAN = [
-    ("train-1", "train", 8),
-    ("train-2", "train", 12),
-    ("eval-1", "eval", 8),
-    ("train-3", "train", 8),
-    ("eval-2", "eval", 12),
-    ("train-4", "train", 12),
-]
-FIRST_CYCLE_ENDS = "train-3"
+PLAN, FIRST_CYCLE_ENDS = SHORT_CYCLE_PLAN, SHORT_CYCLE_ENDS
 
 
 class RankFailed(Exception):

@@ -26,7 +26,7 @@ import peft
 import torch
 
 from .models import CAUSAL_LM, SEQ_CLS, ModelSpec, auto_model_class, build_base_model, get_spec
-from .quantized import method_on_quantized_skip_reason, quantization_skip_reason
+from .quantized import method_on_quantized_skip_reason, operation_on_quantized_skip_reason, quantization_skip_reason
 
 OPERATIONS = (
     "multi-adapter",
@@ -811,6 +811,10 @@ def operation_skip_reason(model_key: str, method_name: str, operation: str) -> s
     for selector in (spec.arch, spec.task):
         if operation in method.unsupported_operations.get(selector, {}):
             return f"{operation} for {method_name} on {selector}: {method.unsupported_operations[selector][operation]}"
+    if spec.quantization:
+        reason = operation_on_quantized_skip_reason(spec.quantization, operation)
+        if reason:
+            return reason
     if operation == "generate" and spec.task != CAUSAL_LM:
         return f"generate needs a causal LM, {model_key} is {spec.task}"
     if operation == "hotswap" and spec.task != CAUSAL_LM:

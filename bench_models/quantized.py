@@ -22,14 +22,25 @@ class Quantization:
     # wraps only LoRA around them (torchao: peft/tuners/lora/torchao.py).
     tuner_module: str | None
     describe: str
+    # Why PEFT's merge_adapter cannot round-trip on these layers (the registry claims no merge-unmerge there).
+    merge_reason: str
 
+
+_BNB_MERGE = (
+    "merging dequantizes, adds the delta and re-quantizes to 4 bits, so the merged output differs by the rounding "
+    "(LoRA, DoRA); PEFT's IA3 bnb layer raises NotImplementedError"
+)
+_TORCHAO_MERGE = (
+    "PEFT re-quantizes after a merge with the `get_apply_tensor_subclass` of transformers' TorchAoConfig; a model "
+    "quantized in place with quantize_ has none and merge raises ValueError"
+)
 
 QUANTIZATIONS = {
     q.name: q
     for q in (
-        Quantization("bnb-nf4", "bitsandbytes", "bnb", "bitsandbytes 4-bit NF4 (QLoRA)"),
-        Quantization("bnb-fp4", "bitsandbytes", "bnb", "bitsandbytes 4-bit FP4"),
-        Quantization("int8", "torchao", None, "torchao int8 weight-only"),
+        Quantization("bnb-nf4", "bitsandbytes", "bnb", "bitsandbytes 4-bit NF4 (QLoRA)", _BNB_MERGE),
+        Quantization("bnb-fp4", "bitsandbytes", "bnb", "bitsandbytes 4-bit FP4", _BNB_MERGE),
+        Quantization("int8", "torchao", None, "torchao int8 weight-only", _TORCHAO_MERGE),
     )
 }
 QUANT_EXTRA = "pip install -e '.[quant]'"
@@ -66,6 +77,14 @@ def method_on_quantized_skip_reason(name: str, method_name: str, peft_type: str)
         found = False
     if not found:
         return f"{method_name} on {quantization.describe}: PEFT has no layer for it (no {module})"
+    return None
+
+
+def operation_on_quantized_skip_reason(name: str, operation: str) -> str | None:
+    """Why an operation cannot be exercised on a base quantized this way, or None."""
+    if operation == "merge-unmerge":
+        quantization = get_quantization(name)
+        return f"merge-unmerge on {quantization.describe}: {quantization.merge_reason}"
     return None
 
 

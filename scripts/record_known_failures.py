@@ -1,0 +1,107 @@
+"""Mark the failed cases of compile reports as known failures in the budgets file, each with the reason the run
+gave: where Dynamo hit its recompile limit (frame, phase, last failing guard), or the error a case raised.
+
+    pytest --full-matrix -k "lifecycle" --update-budgets --compile-report out/lifecycle.json
+    python scripts/record_known_failures.py out/lifecycle.json            # what it would mark
+    python scripts/record_known_failures.py out/lifecycle.json --write    # mark them
+
+Run it after recording a new part of the matrix, never to silence a regression: a known failure xfails while the
+case fails and fails the run once the case passes. Cases over budget without a limit hit are not marked (record
+their budget with --update-budgets). An existing known_failure is kept. Exit status: 0, or 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+
+from compile_audit.budgets import Budget, BudgetFile, BudgetFileError
+from compile_audit.files import exclusive
+from compile_audit.report import read_cases
+
+ROOT = Path(__file__).resolve().parent.parent
+OBJECT_ID = re.compile(r"\b\d{9,}\b")  # an id() in a guard: another value every run
+COMPILE_ID = re.compile(r"^\d+/\d+: ")
+
+
+def limit_reason(case: dict) -> str | None:
+    hits = (case.get("recompiles") or {}).get("limit_hits") or []
+    if not hits:
+        return None
+    first = hits[0]
+    guard = OBJECT_ID.sub("<id>", COMPILE_ID.sub("", first["last_guard"]))
+    more = f" (and {len(hits) - 1} more frame(s))" if len(hits) > 1 else ""
+    return (
+        f"Dynamo hits its {first['limit']} on {first['frame']} in {first['phase']} and runs it eagerly from then "
+        f"on{more}; last failing guard {guard}"
+    )
+
+
+def error_reason(case: dict) -> str | None:
+    """The exception line of a case that raised, e.g. 'RuntimeError: ...'."""
+    lines = [line.strip() for line in (case.get("message") or "").splitlines() if line.strip()]
+    errors = [line.removeprefix("E ").strip() for line in lines if line.startswith("E ")]
+    raised = [line for line in errors if re.match(r"^[\w.]+(Error|Exception|Unsupported)\b", line)]
+    if raised:
+        return f"raises {raised[0][:400]}"
+    return None
+
+
+def reason_for(case: dict) -> str | None:
+    if case.get("status") not in ("failed", "error"):
+        return None
+    return limit_reason(case) or error_reason(case)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("reports", nargs="+", help="compile reports (--compile-report)")
+    parser.add_argument("--budgets", default=str(ROOT / "tests" / "compile_budgets.toml"))
+    parser.add_argument("--write", action="store_true", help="write the entries (default: print them)")
+    args = parser.parse_args(argv)
+    try:
+        cases = [case for path in args.reports for case in read_cases(path).cases]
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    marks, unmarked = {}, []
+    for case in cases:
+        if case.get("status") not in ("failed", "error"):
+            continue
+        reason = reason_for(case)
+        if reason:
+            marks[case["id"]] = reason
+        else:
+            unmarked.append(case["id"])
+    try:
+        with exclusive(Path(args.budgets)):
+            budgets = BudgetFile.load(Path(args.budgets), missing_ok=True)
+            added = []
+            for case_id, reason in sorted(marks.items()):
+                previous = budgets.entries.get(case_id)
+                if previous is not None and previous.known_failure:
+                    continue
+                budgets.entries[case_id] = dataclasses.replace(
+                    previous or Budget(), known_failure=reason, recorded=True
+                )
+                added.append(case_id)
+                print(f"{case_id}: {reason}")
+            if args.write and added:
+                budgets.write()
+    except BudgetFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    verb = "marked" if args.write else "would mark"
+    print(f"{verb} {len(added)} known failure(s) in {args.budgets}")
+    for case_id in unmarked:
+        print(f"not marked (failed without a limit hit or an error line; see its message): {case_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -131,22 +131,35 @@ def pytest_runtest_setup(item: pytest.Item):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    """Judge the case's audit when the test body has returned (a body that raised has failed already), or when
-    the audit stopped it because a known failure hit the recompile limit again (the verdict is settled). A body
+    """Judge the case's audit when the test body has returned, or when the audit stopped it because a known failure
+    hit the recompile limit again (the verdict is settled). A body that raised fails with its traceback, unless the
+    case is a known failure whose reason names that exception type (a crash of another kind still fails). A body
     that changed process-wide torch settings (``compile_audit.global_state``) fails, naming each one."""
     audit = item.stash.get(AUDIT, None)
     before = global_state.snapshot() if _is_case(item) else None
+    raised = None
     try:
         result = yield
     except KnownFailureConfirmed:
         result = None
+    except Exception as exc:
+        if not _known_crash(audit, exc):
+            raise
+        raised, result = exc, None
     finally:
         leaked = _leaked(before) if before is not None else []
-    if audit is not None:
+    if raised is not None and not leaked:
+        today = f"{type(raised).__name__}: {raised}".splitlines()[0][:300]
+        pytest.xfail(f"known failure ({audit.budget.known_failure}); today: the case raised {today}")
+    if audit is not None and raised is None:
         _judge(item, audit, leaked)
     elif leaked:
         pytest.fail(_leak_message(item.funcargs["case"].id, leaked, "in the test body"), pytrace=False)
     return result
+
+
+def _known_crash(audit: CaseAudit | None, exc: Exception) -> bool:
+    return audit is not None and bool(audit.budget.known_failure) and type(exc).__name__ in audit.budget.known_failure
 
 
 @pytest.hookimpl(wrapper=True)

@@ -155,6 +155,36 @@ def test_partial_update_leaves_every_other_entry_byte_for_byte(toy_zoo: pytest.P
     assert '[cases."clean/plain/forward"]' in written
 
 
+CRASH_TEST = """
+import torch
+
+
+def test_crash(case, case_audit):
+    compiled = case_audit.compile(torch.nn.Identity())
+    with case_audit.phase("call-1", "eval"):
+        compiled(torch.ones(2))
+    raise RuntimeError("absmax must be float32")
+"""
+
+
+@pytest.mark.parametrize(
+    ("reason", "outcome"), [("raises RuntimeError: absmax", "xfailed"), ("raises ValueError", "failed")]
+)
+def test_a_crash_is_a_known_failure_only_when_the_reason_names_its_type(toy_zoo: pytest.Pytester, reason, outcome):
+    (toy_zoo.path / "test_toy.py").unlink()
+    toy_zoo.makepyfile(test_crash=CRASH_TEST)
+    (toy_zoo.path / "compile_budgets.toml").write_text(f'[cases."clean/plain/forward"]\nknown_failure = "{reason}"\n')
+    result = toy_zoo.runpytest_subprocess(
+        "-k", "clean", "-rxf", "--compile-report=report.json", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(**{outcome: 1, "deselected": 1})
+    if outcome == "xfailed":
+        result.stdout.fnmatch_lines([f"*known failure ({reason}); today: the case raised RuntimeError: absmax*"])
+    else:
+        result.stdout.fnmatch_lines(["*RuntimeError: absmax must be float32*"])
+    assert _report(toy_zoo)["cases"][0]["status"] == outcome
+
+
 # Usage errors and the file's creation happen before anything compiles: these run in process, fast.
 
 

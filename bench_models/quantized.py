@@ -7,6 +7,7 @@ quantizes in place. Without the package a quantized model is a skip with the rea
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import tempfile
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ class Quantization:
     describe: str
     # Why PEFT's merge_adapter cannot round-trip on these layers (the registry claims no merge-unmerge there).
     merge_reason: str
+    # Methods PEFT refuses on these layers though their tuner has a layer for them: method name -> why.
+    refused: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 _BNB_MERGE = (
@@ -40,7 +43,14 @@ QUANTIZATIONS = {
     for q in (
         Quantization("bnb-nf4", "bitsandbytes", "bnb", "bitsandbytes 4-bit NF4 (QLoRA)", _BNB_MERGE),
         Quantization("bnb-fp4", "bitsandbytes", "bnb", "bitsandbytes 4-bit FP4", _BNB_MERGE),
-        Quantization("int8", "torchao", None, "torchao int8 weight-only", _TORCHAO_MERGE),
+        Quantization(
+            "int8",
+            "torchao",
+            None,
+            "torchao int8 weight-only",
+            _TORCHAO_MERGE,
+            refused={"lora-bias": "PEFT's TorchaoLoraLinear raises `ValueError: ... does not support lora_bias yet`"},
+        ),
     )
 }
 QUANT_EXTRA = "pip install -e '.[quant]'"
@@ -65,6 +75,8 @@ def method_on_quantized_skip_reason(name: str, method_name: str, peft_type: str)
     """Why PEFT cannot put this method on such layers, or None. PEFT dispatches a tuner onto bitsandbytes layers
     only where the tuner has a `bnb` module, and onto torchao tensors only for LoRA."""
     quantization = get_quantization(name)
+    if method_name in quantization.refused:
+        return f"{method_name} on {quantization.describe}: {quantization.refused[method_name]}"
     tuner = peft_type.lower()
     if quantization.tuner_module is None:
         if peft_type != "LORA":

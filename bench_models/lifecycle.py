@@ -9,9 +9,25 @@ from __future__ import annotations
 
 import torch
 
-# Where PEFT keeps the original weight of a wrapped layer: `q_proj.weight` -> `q_proj.base_layer.weight` (tuner
-# layers) or `classifier.original_module.weight` (modules_to_save / trainable tokens wrappers).
-_WRAPPED_PREFIXES = ("", "base_layer.", "original_module.", "base_layer.base_layer.")
+# The name components PEFT inserts where it wraps a module, so that the original weight moves: a tuner layer
+# (`q_proj.weight` -> `q_proj.base_layer.weight`, twice when stacked), modules_to_save and trainable tokens
+# (`classifier.original_module.weight`, `embed_tokens.token_adapter.base_layer.weight`), adaption prompt around the
+# attention (`self_attn.model.q_proj.weight`), SHADOW around a decoder layer (`layers.0.base_layer.self_attn...`).
+_WRAPPER_COMPONENTS = frozenset({"base_layer", "original_module", "token_adapter", "model"})
+
+
+def _unwrapped_names(name: str) -> set[str]:
+    """The names the weight called ``name`` in a PEFT model may have had in the base model: up to two wrapper
+    components removed."""
+    names = {name}
+    for _ in range(2):
+        names |= {
+            ".".join(parts[:i] + parts[i + 1 :])
+            for parts in [n.split(".") for n in names]
+            for i, part in enumerate(parts)
+            if part in _WRAPPER_COMPONENTS
+        }
+    return names
 
 
 def adapter_parameters(peft_model, adapter_name: str) -> dict[str, torch.nn.Parameter]:
@@ -39,12 +55,13 @@ def randomize_adapter(peft_model, adapter_name: str = "default", *, seed: int = 
 def base_weight_mismatches(peft_model, base_model) -> tuple[list[str], list[str]]:
     """Compare the PEFT model's base weights with an unwrapped base model's: (differing names, names not found)."""
     wrapped = peft_model.get_base_model().state_dict()
+    by_base_name = dict(wrapped)  # a name the PEFT model kept as it was wins over any unwrapped one
+    for name, tensor in wrapped.items():
+        for candidate in _unwrapped_names(name):
+            by_base_name.setdefault(candidate, tensor)
     differ, missing = [], []
     for name, expected in base_model.state_dict().items():
-        module, _, leaf = name.rpartition(".")
-        prefix = f"{module}." if module else ""
-        candidates = [f"{prefix}{wrap}{leaf}" for wrap in _WRAPPED_PREFIXES]
-        found = next((wrapped[c] for c in candidates if c in wrapped), None)
+        found = by_base_name.get(name)
         if found is None:
             missing.append(name)
         elif found.shape != expected.shape or not torch.equal(found.cpu(), expected.cpu()):

@@ -66,8 +66,7 @@ def check_reason(case: dict) -> str | None:
 
 
 def reason_for(case: dict) -> str | None:
-    if case.get("status") not in ("failed", "error"):
-        return None
+    """Why a failed case failed, or None when the report gives no reason a known failure could quote."""
     return limit_reason(case) or error_reason(case) or check_reason(case)
 
 

@@ -31,8 +31,30 @@ def _unwrapped_names(name: str) -> set[str]:
 
 
 def adapter_parameters(peft_model, adapter_name: str) -> dict[str, torch.nn.Parameter]:
-    """The parameters that belong to one adapter: every parameter with `adapter_name` as a component of its name."""
-    return {name: p for name, p in peft_model.named_parameters() if adapter_name in name.split(".")}
+    """The parameters that belong to one adapter: every parameter with `adapter_name` as a component of its name, or,
+    for adaption prompt, whose names carry no adapter name, that adapter's `adaption_*` parameters."""
+    named = {name: p for name, p in peft_model.named_parameters() if adapter_name in name.split(".")}
+    return named or _adaption_prompt_parameters(peft_model, adapter_name)
+
+
+def _adaption_prompt_parameters(peft_model, adapter_name: str) -> dict[str, torch.nn.Parameter]:
+    # Adaption prompt swaps one adapter's attention wrappers into the model at a time; the others (and the active one
+    # while disabled) wait outside it in the tuner's `_cached_adapters`. PEFT has no public accessor for them.
+    tuner = peft_model.base_model
+    cached = getattr(tuner, "_cached_adapters", None)
+    if cached is None:
+        return {}
+    if adapter_name in cached:
+        named = {
+            f"{adapter_name}.{i}.{name}": p
+            for i, module in enumerate(cached[adapter_name])
+            for name, p in module.named_parameters()
+        }
+    elif adapter_name == getattr(tuner, "_active_adapter", None):
+        named = dict(peft_model.named_parameters())
+    else:
+        return {}
+    return {name: p for name, p in named.items() if name.rsplit(".", 1)[-1].startswith("adaption_")}
 
 
 @torch.no_grad()

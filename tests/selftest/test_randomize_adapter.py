@@ -25,7 +25,8 @@ def test_a_randomized_adapter_changes_the_output_and_an_inactive_one_is_found_to
     batch = bench_models.make_batch("llama-tiny", method, seq_len=8, seed=0)
     with model.disable_adapter():
         base = _logits(model, batch)
-    assert torch.allclose(_logits(model, batch), base), "a fresh adapter should be the identity, or the test proves nothing"
+    fresh = _logits(model, batch)
+    assert torch.allclose(fresh, base), "a fresh adapter should be the identity, or this test proves nothing"
 
     assert randomize_adapter(model, "other", seed=11) > 0
     assert torch.allclose(_logits(model, batch), base), "randomizing the inactive adapter changed the active one"

@@ -4,6 +4,10 @@ The shards must have run on the same versions and be disjoint; the merged report
 whole selection writes, so the diff and the matrix read it unchanged::
 
     python -m compile_audit.merge out/shard-*.json --output out/report.json
+
+A re-run of some of their cases (after a fix, or to confirm recorded known failures) replaces those cases::
+
+    python -m compile_audit.merge out/shard-*.json --rerun out/rerun.json --output out/report.json
 """
 
 from __future__ import annotations
@@ -16,27 +20,39 @@ from typing import Any
 from compile_audit.report import build_report, read_cases, write_report
 
 
-def merge_reports(paths: list[str | Path]) -> dict[str, Any]:
-    """ValueError naming the files when shards disagree on versions or share a case."""
+def merge_reports(paths: list[str | Path], reruns: list[str | Path] = ()) -> dict[str, Any]:
+    """ValueError naming the files when shards disagree on versions or share a case, or a re-run holds a case no
+    shard has (a new case belongs in a shard)."""
     if not paths:
         raise ValueError("no shard reports given")
     shards = [read_cases(path) for path in paths]
     first = shards[0]
     owner: dict[str, Path] = {}
     for shard in shards:
-        if shard.versions != first.versions:
-            differing = sorted(
-                name
-                for name in set(shard.versions) | set(first.versions)
-                if shard.versions.get(name) != first.versions.get(name)
-            )
-            details = ", ".join(f"{n}: {first.versions.get(n)} vs {shard.versions.get(n)}" for n in differing)
-            raise ValueError(f"{first.path} and {shard.path} ran on different versions ({details})")
+        _same_versions(first, shard)
         for case_id in shard.by_id:
             if case_id in owner:
                 raise ValueError(f"case {case_id!r} is in both {owner[case_id]} and {shard.path}: shards overlap")
             owner[case_id] = shard.path
-    return build_report([case for shard in shards for case in shard.cases], first.versions)
+    cases = {case["id"]: case for shard in shards for case in shard.cases}
+    for rerun in map(read_cases, reruns):
+        _same_versions(first, rerun)
+        for case_id, case in rerun.by_id.items():
+            if case_id not in cases:
+                raise ValueError(f"case {case_id!r} of the re-run {rerun.path} is in no shard report")
+            cases[case_id] = case
+    return build_report(list(cases.values()), first.versions)
+
+
+def _same_versions(first, other) -> None:
+    if other.versions != first.versions:
+        differing = sorted(
+            name
+            for name in set(other.versions) | set(first.versions)
+            if other.versions.get(name) != first.versions.get(name)
+        )
+        details = ", ".join(f"{n}: {first.versions.get(n)} vs {other.versions.get(n)}" for n in differing)
+        raise ValueError(f"{first.path} and {other.path} ran on different versions ({details})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,15 +60,23 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m compile_audit.merge", description="Merge the compile reports of a selection's shards."
     )
     parser.add_argument("reports", nargs="+", help="shard reports (pytest --compile-report)")
+    parser.add_argument(
+        "--rerun",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a report of a re-run of some of the shards' cases, which replace theirs (repeatable; later wins)",
+    )
     parser.add_argument("--output", required=True, metavar="FILE", help="the merged report")
     args = parser.parse_args(argv)
     try:
-        report = merge_reports(args.reports)
+        report = merge_reports(args.reports, args.rerun)
     except ValueError as error:
         print(f"compile_audit.merge: {error}", file=sys.stderr)
         return 2
     write_report(args.output, report)
-    print(f"merged {len(args.reports)} report(s), {len(report['cases'])} cases -> {args.output}")
+    reruns = f" and {len(args.rerun)} re-run(s)" if args.rerun else ""
+    print(f"merged {len(args.reports)} report(s){reruns}, {len(report['cases'])} cases -> {args.output}")
     return 0
 
 

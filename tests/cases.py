@@ -34,10 +34,8 @@ DEPTH_DEFAULT_METHODS = ("lora", "lora-dora")
 # bert-tiny (30 s together, 0 breaks but DoRA's) run with --full-matrix, to keep the default run at 10 minutes.
 TRAINER_DEFAULT_METHODS = {"llama-tiny": ("lora", "lora-dora"), "bert-tiny": ("lora",)}
 # The distributed scenarios (2 ranks each) run these on llama-tiny by default; with --full-matrix CORE_METHODS on
-# llama-tiny and LoRA on the other tiny models; LoRA on the GPU tier. FSDP2 runs only LoRA by default: IA3 compiled
-# exactly as LoRA and DoRA hits the recompile limit as in train-eval-train, and the two cost 73 s (2026-12-01),
-# beyond the 90 s these scenarios may add to the default run.
-DISTRIBUTED_DEFAULT_METHODS = {"ddp": ("lora", "lora-dora", "ia3"), "fsdp2": ("lora",)}
+# llama-tiny and LoRA on the other tiny models; LoRA on the GPU tier.
+DISTRIBUTED_DEFAULT_METHODS = {"ddp": ("lora", "lora-dora", "ia3"), "fsdp2": ("lora", "lora-dora", "ia3")}
 DISTRIBUTED_SCENARIOS = tuple(DISTRIBUTED_DEFAULT_METHODS)
 
 # Beyond llama-tiny (every method), each other architecture runs the clean core methods plus every method with

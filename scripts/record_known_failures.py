@@ -48,6 +48,10 @@ def error_reason(case: dict) -> str | None:
     lines = [line.strip() for line in (case.get("message") or "").splitlines() if line.strip()]
     errors = [line.removeprefix("E ").strip() for line in lines if line.startswith("E ")]
     raised = [line for line in errors if re.match(r"^[\w.]+(Error|Exception|Unsupported)\b", line)]
+    # A distributed case's rank raised in its own process: the test raises RankFailed, the type a known failure must
+    # name to hold the crash (compile_gate.plugin._known_crash); the rank's own error says why.
+    if any(re.match(r"^[\w.]*RankFailed\b", line) for line in errors):
+        return f"raises RankFailed: {raised[0][:400] if raised else 'a rank failed'}"
     if raised:
         return f"raises {raised[0][:400]}"
     return None

@@ -31,10 +31,10 @@ def test_a_randomized_adapter_changes_the_output_and_an_inactive_one_is_found_to
     assert randomize_adapter(model, "other", seed=11) > 0
     assert torch.allclose(_logits(model, batch), base), "randomizing the inactive adapter changed the active one"
     assert randomize_adapter(model, "default", seed=10) > 0
-    assert not torch.allclose(_logits(model, batch), base)
+    assert not torch.allclose(_logits(model, batch), base), "randomize_adapter left the active adapter the identity"
 
     model.set_adapter("other")
-    assert not torch.allclose(_logits(model, batch), base)
+    assert not torch.allclose(_logits(model, batch), base), "randomize_adapter left the inactive adapter the identity"
 
 
 def test_an_adapter_that_does_not_exist_has_no_parameters():

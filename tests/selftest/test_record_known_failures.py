@@ -83,3 +83,9 @@ def test_an_unreadable_report_exits_2_naming_it(tmp_path, capsys):
     missing = tmp_path / "missing.json"
     assert record_known_failures.main([str(missing), "--budgets", str(_budgets(tmp_path))]) == 2
     assert "missing.json" in capsys.readouterr().err
+
+
+def test_a_rank_that_raised_is_marked_with_the_type_the_test_raises():
+    message = "E   tests.test_distributed.RankFailed: x/ddp: rank 0 raised:\nE   AttributeError: 'float' object"
+    case = fake.case("llama-tiny/lora-dora/ddp", "failed", message=message)
+    assert record_known_failures.error_reason(case) == "raises RankFailed: AttributeError: 'float' object"

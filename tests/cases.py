@@ -25,31 +25,44 @@ SCENARIOS: dict[str, str | None] = {
 # architecture for every method supporting the operation.
 LIFECYCLE_DEFAULT_METHODS = ("lora",)
 LIFECYCLE_DEFAULT_MODELS = ("llama-tiny", "bert-tiny")
-# The depth scenario runs these on llama-tiny by default (every method and model with --full-matrix): LoRA (clean)
-# and DoRA (hits the recompile limit). IA3 and prompt tuning compiled the same at 1 and 4 layers (2026-12-01, 21 s);
-# LoHa grows with depth and is a known failure (15 s): with --full-matrix, to keep the default run at 10 minutes.
-DEPTH_DEFAULT_METHODS = ("lora", "lora-dora")
-# The trainer scenario by default: LoRA and DoRA (breaks and recompiles under the Trainer) on llama-tiny, LoRA on
-# bert-tiny (the classifier's task path). The Trainer adds no method-specific code: IA3, prompt tuning and DoRA on
-# bert-tiny (30 s together, 0 breaks but DoRA's) run with --full-matrix, to keep the default run at 10 minutes.
+# The depth scenario runs LoRA (clean at 1 and 4 layers) on llama-tiny by default; every method and model with
+# --full-matrix, to keep the default run at 10 minutes: DoRA (a known failure at the recompile limit, see
+# FULL_MATRIX_ONLY; 31 s, 2026-12-01), IA3 and prompt tuning (they compiled the same at 1 and 4 layers, 21 s), LoHa
+# (grows with depth, a known failure, 15 s).
+DEPTH_DEFAULT_METHODS = ("lora",)
+# The trainer scenario by default: LoRA and DoRA on llama-tiny, LoRA on bert-tiny (the classifier's task path).
+# llama-tiny/lora-dora/trainer is the default run's DoRA case: it stays under the recompile limit, so its budgeted
+# breaks and their signatures hold, and a new DoRA break fails it. The Trainer adds no method-specific code: IA3,
+# prompt tuning and DoRA on bert-tiny (30 s together, 0 breaks but DoRA's) run with --full-matrix, to keep the
+# default run at 10 minutes.
 TRAINER_DEFAULT_METHODS = {"llama-tiny": ("lora", "lora-dora"), "bert-tiny": ("lora",)}
 # The distributed scenarios (2 ranks each) run these on llama-tiny by default; with --full-matrix CORE_METHODS on
-# llama-tiny and LoRA on the other tiny models; LoRA on the GPU tier.
-DISTRIBUTED_DEFAULT_METHODS = {"ddp": ("lora", "lora-dora", "ia3"), "fsdp2": ("lora", "lora-dora", "ia3")}
+# llama-tiny (DoRA under DDP and FSDP2: known failures at the recompile limit, see FULL_MATRIX_ONLY) and LoRA on the
+# other tiny models; LoRA on the GPU tier.
+DISTRIBUTED_DEFAULT_METHODS = {"ddp": ("lora", "ia3"), "fsdp2": ("lora", "ia3")}
 DISTRIBUTED_SCENARIOS = tuple(DISTRIBUTED_DEFAULT_METHODS)
 
-# Beyond llama-tiny (every method), each other architecture runs the clean core methods plus every method with
-# architecture-specific code; the whole product is behind --full-matrix. DoRA and LoHa on the other tiny models
-# (known failures: they hit Dynamo's recompile limit in transformers' deprecation wrapper, as on llama-tiny) cost
-# 90 s of the 10-minute default run, so they run with --full-matrix. The GPU tier runs CORE_METHODS (inductor
-# compiles take seconds to minutes each).
-OTHER_ARCHITECTURE_METHODS = ("lora", "ia3", "prompt-tuning")
-# Known failures whose verdict cannot change while Dynamo gives up on them, run only with --full-matrix to keep
-# the default run at 10 minutes (101 s together, 2026-12-01): FRoD, Poly, ShiRA and WaveFT hit the recompile limit
-# in transformers' deprecation wrapper exactly as DoRA does (DoRA stays in the default run), and Cartridge's class
-# defined in forward recompiles on every call on every architecture (llama-tiny's case stays).
+# Beyond llama-tiny (every method), each other architecture runs LoRA plus every method with architecture-specific
+# code, and bert-tiny prompt tuning (PEFT's sequence-classification prompt path); the whole product is behind
+# --full-matrix. With --full-matrix only, to keep the default run at 10 minutes: IA3 (its layers are the same code on
+# every architecture, which linears it wraps is config) and prompt tuning on qwen2-tiny and opt-tiny (PEFT's causal-LM
+# prompt path, as on llama-tiny): they compiled clean there, 0 breaks and the expected recompile (18 s together,
+# 2026-12-01); DoRA and LoHa (known failures at the recompile limit, as on llama-tiny; 90 s). The GPU tier runs
+# CORE_METHODS (inductor compiles take seconds to minutes each).
+OTHER_ARCHITECTURE_METHODS = {"qwen2-tiny": ("lora",), "opt-tiny": ("lora",), "bert-tiny": ("lora", "prompt-tuning")}
+# Known failures at Dynamo's recompile limit run only with --full-matrix (the weekly run), to keep the default run at
+# 10 minutes. Such a case's counts are not comparable with any budget, so its known failure holds every problem of
+# the case, a new break included: in the default run it could only say that Dynamo still gives up. A fix shows in
+# the full matrix, where the case then passes and fails the run until its known_failure is removed. Measured on the
+# 2-core machine (2026-12-01): DoRA in train-eval-train (21 s), at depth (31 s), on bitsandbytes NF4 (21 s) and under
+# DDP and FSDP2 (37 s), FRoD, Poly, ShiRA and WaveFT (101 s), all in transformers' deprecation wrapper; Cartridge,
+# whose class defined in forward recompiles on every call (7 s). DoRA's breaks stay guarded by
+# llama-tiny/lora-dora/trainer, which is under the limit; the default run's other known failures (gradient
+# checkpointing with dropout, inject-compiled-base) are not at the limit. The machine's speed drifts by up to a fifth
+# between runs (the same default cases took 434 s and 515 s an hour apart), so the default run keeps that margin.
 FULL_MATRIX_ONLY = {
-    "llama-tiny": ("frod", "poly", "shira", "waveft"),
+    "llama-tiny": ("lora-dora", "frod", "poly", "shira", "waveft", "cartridge"),
+    "llama-tiny-bnb4": ("lora-dora",),
     "qwen2-tiny": ("cartridge",),
     "opt-tiny": ("cartridge",),
     # FP4 compiles as NF4 does (LoRA: the same counts; DoRA: the same recompile-limit known failure; 12 and 25 s,
@@ -57,7 +70,8 @@ FULL_MATRIX_ONLY = {
     "llama-tiny-bnb4-fp4": ("lora", "lora-dora"),
 }
 # Quantized bases (bench_models/quantized.py) run train-eval-train only: LoRA and DoRA by default (QLoRA's two
-# setups), every method PEFT puts on their layers with --full-matrix; bitsandbytes also on the GPU tier.
+# setups) but FULL_MATRIX_ONLY, every method PEFT puts on their layers with --full-matrix; bitsandbytes also on the
+# GPU tier.
 QUANTIZED_DEFAULT_METHODS = ("lora", "lora-dora")
 GPU_QUANTIZED_MODELS = ("llama-tiny-bnb4", "llama-tiny-bnb4-fp4")
 # save-load, inject-compiled(-base): LoRA on llama-tiny by default; every method on every tiny model with --full-matrix.
@@ -149,7 +163,7 @@ def _cpu_methods(model: str, scenario: str, full_matrix: bool) -> list[str]:
     return [
         m
         for m in METHODS
-        if (m in OTHER_ARCHITECTURE_METHODS or METHODS[m].architecture_specific) and m not in excluded
+        if (m in OTHER_ARCHITECTURE_METHODS.get(model, ()) or METHODS[m].architecture_specific) and m not in excluded
     ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 from bench_models import quantized, skip_reason
-from tests.cases import QUANTIZED_DEFAULT_METHODS, cases_for
+from tests.cases import FULL_MATRIX_ONLY, QUANTIZED_DEFAULT_METHODS, cases_for
 
 
 def test_without_bitsandbytes_the_bnb_cases_skip_with_the_reason(monkeypatch):
@@ -41,9 +41,15 @@ def test_quantized_models_run_lora_and_dora_by_default_and_bnb_on_the_gpu_tier()
     cases = [c for c in cases_for("train-eval-train") if "bnb" in c.model or "int8" in c.model]
     cpu = sorted(c.id for c in cases if c.tier == "cpu")
     quantized = ("llama-tiny-bnb4", "llama-tiny-int8")  # FP4 compiles as NF4 does: with --full-matrix
-    expected = [f"{m}/{method}/train-eval-train" for m in quantized for method in QUANTIZED_DEFAULT_METHODS]
+    expected = [
+        f"{m}/{method}/train-eval-train"
+        for m in quantized
+        for method in QUANTIZED_DEFAULT_METHODS
+        if method not in FULL_MATRIX_ONLY.get(m, ())  # NF4 DoRA: a known failure at the recompile limit
+    ]
     assert cpu == sorted(expected)
+    assert "llama-tiny-bnb4/lora/train-eval-train" in cpu
     full = {c.id for c in cases_for("train-eval-train", full_matrix=True)}
-    assert "llama-tiny-bnb4-fp4/lora/train-eval-train" in full
+    assert {"llama-tiny-bnb4-fp4/lora/train-eval-train", "llama-tiny-bnb4/lora-dora/train-eval-train"} <= full
     assert {c.id for c in cases if c.tier == "cuda"} >= {"llama-tiny-bnb4/lora/train-eval-train@cuda-inductor"}
     assert not [c for c in cases_for("save-load", full_matrix=True) if "bnb" in c.model]

@@ -143,7 +143,7 @@ def pytest_runtest_call(item: pytest.Item):
     except KnownFailureConfirmed:
         result = None
     except Exception as exc:
-        if not _known_crash(audit, exc):
+        if not _known_crash(audit, exc) or _runxfail(item.config):
             raise
         raised, result = exc, None
     finally:
@@ -156,6 +156,11 @@ def pytest_runtest_call(item: pytest.Item):
     elif leaked:
         pytest.fail(_leak_message(item.funcargs["case"].id, leaked, "in the test body"), pytrace=False)
     return result
+
+
+def _runxfail(config: pytest.Config) -> bool:
+    """--runxfail turns pytest.xfail() into a no-op, so a known failure would pass: it fails as if unmarked."""
+    return bool(getattr(config.option, "runxfail", False))
 
 
 def _known_crash(audit: CaseAudit | None, exc: Exception) -> bool:
@@ -201,6 +206,9 @@ def _judge(item: pytest.Item, audit: CaseAudit, leaked: list[str]) -> None:
     if leaked:  # whatever the verdict, a known failure included
         failed = f"{verdict.message}\n" if verdict.status == "failed" else ""
         pytest.fail(failed + _leak_message(audit.case_id, leaked, "in the test body"), pytrace=False)
+    if verdict.status == "xfailed" and _runxfail(item.config):
+        problems = "\n".join(f"- {problem.text}" for problem in verdict.problems)
+        pytest.fail(f"{audit.case_id}: {verdict.message}\n{problems}", pytrace=False)
     if verdict.status == "xfailed":
         pytest.xfail(verdict.message)
     if verdict.status == "failed":

@@ -185,6 +185,21 @@ def test_a_crash_is_a_known_failure_only_when_the_reason_names_its_type(toy_zoo:
     assert statuses == {"clean/plain/forward": "xfailed", "breaks/plain/forward": "failed"}
 
 
+def test_runxfail_shows_every_known_failure_as_the_failure_it_is(toy_zoo: pytest.Pytester):
+    """pytest.xfail() does nothing under --runxfail: a held crash and a held verdict must fail, not pass."""
+    toy_zoo.makepyfile(test_crash=CRASH_TEST)
+    (toy_zoo.path / "compile_budgets.toml").write_text(
+        '[cases."clean/plain/forward"]\nknown_failure = "raises RuntimeError: absmax"\n\n'
+        '[cases."breaks/plain/forward"]\nknown_failure = "the planted break"\n'
+    )
+    selection = "test_crash and clean/ or test_forward and breaks/"
+    result = toy_zoo.runpytest_subprocess("--runxfail", "-rf", "-k", selection, "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2, deselected=2)
+    result.stdout.fnmatch_lines(["FAILED test_crash.py::test_crash[[]clean/plain/forward[]] - RuntimeError: absmax*"])
+    held = "*breaks/plain/forward: known failure (the planted break)*"
+    result.stdout.fnmatch_lines([held, "*- over budget*graph breaks: 1 > budget 0*"])
+
+
 # Usage errors and the file's creation happen before anything compiles: these run in process, fast.
 
 

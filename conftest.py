@@ -4,6 +4,7 @@ and library versions handed to the compile gate (the ``compile_gate`` plugin doe
 from __future__ import annotations
 
 import os
+from importlib.metadata import entry_points
 
 import pytest
 import torch
@@ -13,6 +14,9 @@ from tests.cases import CPU_BACKENDS, Case, all_case_ids, cases_for, operation_o
 
 # Options and fixtures of the step benchmarks (tests/test_gpu_benchmarks.py).
 pytest_plugins = ["tests.plugins.step_benchmarks"]
+# Installed, the gate is a pytest11 entry point; a bare copy of the tree (the GPU machine's) has no install.
+if not any(entry.name == "compile_gate" for entry in entry_points(group="pytest11")):
+    pytest_plugins.append("compile_gate.plugin")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,6 +67,20 @@ def device(case: Case) -> str:
     index = int(worker.removeprefix("gw") or 0) % torch.cuda.device_count()
     torch.cuda.set_device(index)
     return f"cuda:{index}"
+
+
+@pytest.fixture(autouse=True)
+def eager_random_numbers_under_inductor(request: pytest.FixtureRequest):
+    """Inductor generates its own random-number kernels, so a case judged for parity (one that uses ``case_audit``)
+    with dropout on would differ from eager by its masks alone: there inductor calls eager's random ops instead."""
+    case = request.getfixturevalue("case") if "case" in request.fixturenames else None
+    if case is None or case.backend != "inductor" or "case_audit" not in request.fixturenames:
+        yield
+        return
+    import torch._inductor.config
+
+    with torch._inductor.config.patch(fallback_random=True):
+        yield
 
 
 @pytest.fixture

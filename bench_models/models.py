@@ -257,14 +257,18 @@ def build_base_model(
     dtype: torch.dtype | None = None,
     seed: int = 0,
     num_layers: int | None = None,
+    config_overrides: dict[str, Any] | None = None,
 ):
-    """A seeded random-init transformers model in train mode; ``num_layers`` overrides the config's depth.
+    """A seeded random-init transformers model in train mode; ``num_layers`` overrides the config's depth and
+    ``config_overrides`` any other config attribute (the full-size initialization self-test shrinks the vocabulary).
 
     Full-size models are created on the meta device and materialized directly on `device` (no CPU copy), then
     re-initialized under the seed.
     """
     spec = get_spec(model_key)
     config = spec.hf_config()
+    for name, value in (config_overrides or {}).items():
+        setattr(config, name, value)
     if num_layers is not None:
         config.num_hidden_layers = num_layers
         if getattr(config, "layer_types", None) is not None:  # per-layer attention kinds (Qwen2): one per layer
@@ -298,16 +302,50 @@ def _randomize_biases(model, seed: int) -> None:
             param.copy_(torch.randn(param.shape, generator=gen) * 0.02)
 
 
+class UninitializedTensors(RuntimeError):
+    """A full-size model materialized from the meta device kept tensors that nothing initialized."""
+
+
 @torch.no_grad()
 def _reinitialize(model, seed: int) -> None:
-    # to_empty() leaves uninitialized memory in every parameter and buffer (including RoPE inv_freq).
-    # transformers' init_weights() re-runs each module's _init_weights (RoPE buffers included) and re-ties,
-    # but skips anything flagged as already initialized, so clear those flags first.
+    # to_empty() leaves uninitialized memory in every parameter and buffer (RoPE's inv_freq included): fill it with
+    # NaN, so that whatever the initialization below misses is found, on any device and transformers version.
+    # transformers' init_weights() re-runs each module's _init_weights and re-ties, but skips anything flagged as
+    # already initialized, so clear those flags first. Its generic _init_weights has no rotary branch before
+    # transformers 5, so rotary buffers are recomputed from the config as their module's constructor does.
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if tensor.is_floating_point():
+            tensor.fill_(float("nan"))
     for obj in [*model.modules(), *model.parameters(), *model.buffers()]:
         if getattr(obj, "_is_hf_initialized", False):
             obj._is_hf_initialized = False
     torch.manual_seed(seed)
     model.init_weights()
+    _recompute_rotary_buffers(model)
+    missed = [
+        name
+        for name, tensor in [*model.named_parameters(), *model.named_buffers()]
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all()
+    ]
+    if missed:
+        shown = ", ".join(missed[:5]) + (f" and {len(missed) - 5} more" if len(missed) > 5 else "")
+        raise UninitializedTensors(
+            f"{type(model).__name__} from the meta device: {len(missed)} tensor(s) not initialized: {shown}"
+        )
+
+
+def _recompute_rotary_buffers(model) -> None:
+    for module in model.modules():
+        init = getattr(module, "rope_init_fn", None)
+        inv_freq = getattr(module, "inv_freq", None)
+        if init is None or not isinstance(inv_freq, torch.Tensor) or not hasattr(module, "config"):
+            continue
+        fresh, _ = init(module.config, inv_freq.device)
+        inv_freq.copy_(fresh)
+        if isinstance(module._buffers.get("original_inv_freq"), torch.Tensor):
+            module.original_inv_freq.copy_(fresh)
+        elif hasattr(module, "original_inv_freq"):  # a plain attribute before transformers 5; to_empty left it
+            module.original_inv_freq = inv_freq
 
 
 def library_versions() -> dict[str, str]:

@@ -19,7 +19,6 @@ import bench_models
 from bench_models import make_batch
 from bench_models.lifecycle import randomize_adapter
 from compile_audit.parity import compare_tensors
-from tests.cases import TOLERANCES
 from tests.test_save_load import ADAPTER_FILE, reload, saved_adapter_problems
 
 ADDED, LOADED = "added", "loaded"
@@ -38,7 +37,7 @@ def _adapter_config(case):
 def test_inject_into_compiled_peft_model(case, device, make_peft_model, case_audit, tmp_path):
     if "multi-adapter" not in bench_models.get_method(case.method).operations:
         pytest.skip(f"PEFT does not support a second {case.method} adapter")
-    tolerance = TOLERANCES[case.tier]
+    tolerance = case.tolerance
     batch = make_batch(case.model, case.method, seq_len=8, device=device)
     # What load_adapter will load: an adapter trained elsewhere (seeded), saved the ordinary way.
     source = make_peft_model(**case.model_overrides)
@@ -77,7 +76,7 @@ def test_inject_into_compiled_peft_model(case, device, make_peft_model, case_aud
 
 @pytest.mark.scenario("inject-compiled-base")
 def test_get_peft_model_on_compiled_base(case, device, make_peft_model, case_audit, tmp_path):
-    tolerance = TOLERANCES[case.tier]
+    tolerance = case.tolerance
     batch = make_batch(case.model, case.method, seq_len=8, device=device)
     eager = make_peft_model(**case.model_overrides)
     randomize_adapter(eager, "default", seed=10)

@@ -17,7 +17,6 @@ from bench_models import add_adapter, eval_step, make_batch, make_optimizer, tra
 from bench_models.lifecycle import base_weight_mismatches, randomize_adapter
 from compile_audit.parity import compare_losses, compare_tensors
 from compile_audit.recompiles import PhaseAudit
-from tests.cases import TOLERANCES
 
 try:  # PEFT >= 0.15
     from peft.utils.hotswap import hotswap_adapter, prepare_model_for_compiled_hotswap
@@ -68,7 +67,7 @@ def test_multi_adapter(case, device, make_peft_model, case_audit):
     """set_adapter back and forth, in inference and in training; the second round trip compiles nothing."""
     model = _randomized_model(make_peft_model, case, two_adapters=True, **case.model_overrides)
     eager = _randomized_model(make_peft_model, case, two_adapters=True, **case.model_overrides)
-    tolerance = TOLERANCES[case.tier]
+    tolerance = case.tolerance
     eval_batch, train_batch = _batch(case, device, seq_len=8, seed=0), _batch(case, device, seq_len=8, seed=1)
 
     # One optimizer per adapter, over the parameters set_adapter makes trainable for it.
@@ -122,7 +121,7 @@ def test_disable_adapter(case, device, make_peft_model, case_audit):
             "the PEFT model's base weights are not the seed-0 base model's: "
             f"differ {differ[:5]}, not found {missing[:5]}"
         )
-    tolerance = TOLERANCES[case.tier]
+    tolerance = case.tolerance
     batch = _batch(case, device, seq_len=8)
     # The base model takes no method-specific inputs (task_ids).
     base_logits = _logits(base, {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")})
@@ -150,7 +149,7 @@ def test_merge_unmerge(case, device, make_peft_model, case_audit):
     """merge_adapter() / unmerge_adapter() around compiled inference: the same outputs; the second round compiles
     nothing."""
     model = _randomized_model(make_peft_model, case).eval()
-    tolerance, merge_tolerance = TOLERANCES[case.tier], MERGE_TOLERANCES[case.tier]
+    tolerance, merge_tolerance = case.tolerance, MERGE_TOLERANCES[case.tier]
     batch = _batch(case, device, seq_len=8)
     expected = _logits(model, batch)
 
@@ -187,7 +186,7 @@ MIXES = {
 def test_mixed_batch(case, device, make_peft_model, case_audit):
     """adapter_names mixing the base and two adapters in one batch: each row equals that adapter's own run."""
     model = _randomized_model(make_peft_model, case, two_adapters=True).eval()
-    tolerance = TOLERANCES[case.tier]
+    tolerance = case.tolerance
     batch = _batch(case, device, seq_len=8, batch_size=4)
     # Each adapter's own (eager, unmixed) run of the whole batch.
     per_adapter = {}
@@ -233,7 +232,7 @@ def test_hotswap(case, device, make_peft_model, case_audit, tmp_path):
     adapter's own outputs. Without prepare_model_for_compiled_hotswap the same swap recompiles (contingency)."""
     if hotswap_adapter is None:
         pytest.skip("this PEFT has no peft.utils.hotswap (added in PEFT 0.15)")
-    tolerance = TOLERANCES[case.tier]
+    tolerance = case.tolerance
     batch = _batch(case, device, seq_len=8)
     paths, expected = {}, {}
     for adapter, rank, seed in (("small", SMALL_RANK, 20), ("large", LARGE_RANK, 21)):
@@ -278,7 +277,7 @@ def test_gradient_checkpointing(case, device, make_peft_model, case_audit):
     model, eager = make_peft_model(dropout=dropout), make_peft_model(dropout=dropout)
     for m in (model, eager):
         m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    tolerance = TOLERANCES[case.tier]
+    tolerance = case.tolerance
     plan = [("train-1", 8), ("train-2", 12), ("train-3", 8)]
 
     compiled = case_audit.compile(model, dynamic=True)

@@ -13,7 +13,6 @@ import bench_models
 from bench_models import make_batch
 from bench_models.lifecycle import randomize_adapter
 from compile_audit.parity import compare_tensors
-from tests.cases import TOLERANCES
 
 ADAPTER_FILE = "adapter_model.safetensors"
 
@@ -55,7 +54,7 @@ def test_save_load(case, device, make_peft_model, case_audit, tmp_path):
     randomize_adapter(model, "default", seed=10)
     model.eval()
     batch = make_batch(case.model, case.method, seq_len=8, device=device)
-    tolerance = TOLERANCES[case.tier]
+    tolerance = case.tolerance
 
     # The model users save from: compiled and run (what train-eval-train audits), not yet audited here.
     compiled = torch.compile(model, backend=case.backend, dynamic=True)

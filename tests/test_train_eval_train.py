@@ -20,7 +20,6 @@ from compile_audit.parity import (
     same_tensor,
     snapshot_parameters,
 )
-from tests.cases import TOLERANCES
 
 # (phase, kind, sequence length): three lengths so dynamic shapes are exercised before the
 # first eval; the cycle train -> eval -> train ends at train-4, after which nothing may compile.
@@ -45,7 +44,7 @@ def test_train_eval_train(case, device, make_peft_model, case_audit):
     overrides = case.model_overrides
     # Two seeded builds rather than deepcopy: some methods (OSF) hold hooks that a copy would not carry.
     model, eager = make_peft_model(**overrides), make_peft_model(**overrides)
-    tolerance = TOLERANCES[case.tier]
+    tolerance = case.tolerance
     batches = {
         name: make_batch(case.model, case.method, seq_len=length, seed=step, device=device)
         for step, (name, _, length) in enumerate(PLAN)

@@ -13,6 +13,7 @@ from compile_audit.parity import (
     parameter_changes,
     snapshot_parameters,
 )
+from tests.cases import TOLERANCES
 from tests.selftest import toys
 
 pytestmark = pytest.mark.selftest
@@ -70,3 +71,47 @@ def test_scaled_gradient_with_equal_outputs_is_caught():
     assert message is not None
     assert "linear.weight (norm compiled/eager = 2)" in message and "linear.bias (norm compiled/eager = 2)" in message
     assert compare_gradients("same", gradients(eager), gradients(eager), rtol=1e-4, atol=1e-5) is None
+
+
+BF16_ON_CUDA = TOLERANCES[("cuda", "inductor")]
+
+
+def _bf16_noise(reference: torch.Tensor) -> torch.Tensor:
+    """What bf16 and fused kernels do to a tensor: rounding and a reordered sum, computed, not assumed."""
+    generator = torch.Generator().manual_seed(1)
+    weight = torch.randn(reference.shape[-1], reference.shape[-1], generator=generator) / reference.shape[-1] ** 0.5
+    exact = reference @ weight
+    rounded = (reference.bfloat16() @ weight.bfloat16()).float()
+    return reference + (rounded - exact)
+
+
+def test_relative_norm_passes_bf16_noise_on_every_element():
+    gradient = torch.randn(128, 64, generator=torch.Generator().manual_seed(0))
+    noisy = _bf16_noise(gradient)
+    assert not torch.equal(noisy, gradient)
+    assert compare_gradients("bf16", {"w": gradient}, {"w": noisy}, **BF16_ON_CUDA) is None
+    assert compare_tensors("bf16 logits", gradient, noisy, **BF16_ON_CUDA) is None
+
+
+def test_relative_norm_fails_a_scaled_gradient():
+    gradient = torch.randn(128, 64, generator=torch.Generator().manual_seed(0))
+    message = compare_gradients("bf16", {"w": gradient}, {"w": _bf16_noise(gradient) * 1.05}, **BF16_ON_CUDA)
+    assert message is not None and "1 gradient(s) differ" in message and "norm compiled/eager = 1.05" in message
+
+
+def test_relative_norm_fails_a_dropped_term_that_elementwise_tolerance_passes():
+    """A small tensor that lost half its value passes rtol = atol = 2e-2 (atol dominates); its relative error
+    does not."""
+    expected = torch.full((64,), 0.01)
+    actual = expected * 0.5
+    assert compare_tensors("small", expected, actual, rtol=2e-2, atol=2e-2) is None
+    message = compare_tensors("small", expected, actual, **BF16_ON_CUDA)
+    assert message is not None and "relative error" in message and "0.5" in message
+
+
+def test_relative_norm_fails_nan_and_compares_losses_step_by_step():
+    assert compare_tensors("nan", torch.ones(3), torch.tensor([1.0, float("nan"), 1.0]), **BF16_ON_CUDA) is not None
+    same = [torch.tensor(12.0), torch.tensor(11.5)]
+    assert compare_losses(same, [torch.tensor(12.05), torch.tensor(11.52)], **BF16_ON_CUDA) is None
+    message = compare_losses(same, [torch.tensor(12.0), torch.tensor(11.5 * 1.05)], **BF16_ON_CUDA)
+    assert message is not None and "11.500000/12.075000" in message

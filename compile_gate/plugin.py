@@ -39,6 +39,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("compile gate")
     group.addoption("--budgets", metavar="PATH", help="budgets file (TOML); default: the compile_budgets ini value")
     group.addoption("--update-budgets", action="store_true", help="rewrite the budgets file from this run")
+    group.addoption(
+        "--record-budgets",
+        metavar="PATH",
+        help="judge against the budgets file as usual, and write it with this run's entries applied to PATH"
+        " (a first run on new hardware: the budgets it would record, beside the verdicts)",
+    )
     group.addoption("--compile-report", metavar="PATH", help="write every case's audit as JSON to PATH")
     parser.addini("compile_budgets", "budgets file, relative to the rootdir", default=DEFAULT_BUDGETS)
 
@@ -59,7 +65,7 @@ def _budgets_path(config: pytest.Config) -> Path:
     return config.rootpath / config.getini("compile_budgets")
 
 
-PATH_OPTIONS = ("--budgets", "--compile-report")
+PATH_OPTIONS = ("--budgets", "--compile-report", "--record-budgets")
 
 
 def _check_rootdir(config: pytest.Config) -> None:
@@ -86,11 +92,15 @@ def pytest_configure(config: pytest.Config) -> None:
     except BudgetFileError as error:
         raise pytest.UsageError(f"malformed budgets file: {error}") from None
     report = config.getoption("--compile-report")
+    record = config.getoption("--record-budgets")
+    if record and updating:
+        raise pytest.UsageError("--record-budgets PATH and --update-budgets: choose one (the latter rewrites the file)")
     session = GateSession(
         budget_file=budget_file,
         rootpath=config.rootpath,
         updating=updating,
         report_path=Path(report).absolute() if report else None,
+        record_path=Path(record).absolute() if record else None,
         versions=config.hook.pytest_compile_gate_versions(config=config),
     )
     config.stash[SESSION] = session
@@ -200,7 +210,7 @@ def _judge(item: pytest.Item, audit: CaseAudit, leaked: list[str]) -> None:
     )
     for warning in verdict.warnings:
         item.warn(pytest.PytestWarning(f"{audit.case_id}: {warning}"))
-    if session.updating and audit.result.audited and verdict.feeds_budget:
+    if (session.updating or session.record_path) and audit.result.audited and verdict.feeds_budget:
         proposal = session.budget_file.proposal(audit.case_id, observed(audit.result), auto_note(audit.result))
         item.user_properties.append((PROPOSAL, (audit.case_id, proposal.to_dict())))
     if leaked:  # whatever the verdict, a known failure included

@@ -30,6 +30,7 @@ class GateSession:
     rootpath: Path
     updating: bool = False
     report_path: Path | None = None
+    record_path: Path | None = None  # --record-budgets: the budgets file with this run's entries, written there
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     records: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by node id
     outcomes: dict[str, tuple[str, str | None]] = dataclasses.field(default_factory=dict)  # by node id
@@ -74,7 +75,9 @@ class GateSession:
         stale = self.budget_file.stale(known_case_ids) if known_case_ids is not None else []
         if self.updating:
             self._update_budgets(stale)
-        elif stale:
+        elif self.record_path is not None:
+            self._record_budgets()
+        if stale and not self.updating:
             self.lines.append(f"stale budget entries (no such case any more; --update-budgets removes them): {stale}")
         if self.report_path is not None:
             write_report(self.report_path, build_report(self.cases, self.versions))
@@ -93,10 +96,24 @@ class GateSession:
             cases[case_id]["benchmarks"] = {**(cases[case_id].get("benchmarks") or {}), **entry["figures"]}
         return list(cases.values())
 
+    def _record_budgets(self) -> None:
+        """The judged file with this run's proposals applied, written to ``record_path``; the judged file is left
+        alone, and stale entries stay (only --update-budgets removes them)."""
+        recorded = BudgetFile.load(self.budget_file.path, missing_ok=True)
+        recorded.path = self.record_path
+        recorded.entries.update(self.proposals)
+        for tier in self._proposed_tiers():
+            recorded.versions[tier] = gated(self.versions)
+        recorded.write()
+        self.lines.append(f"budgets recorded: {len(self.proposals)} case(s) written -> {self.record_path}")
+
+    def _proposed_tiers(self) -> set[str]:
+        return {case["tier"] for case in self.cases if case["id"] in self.proposals and case.get("tier")}
+
     def _update_budgets(self, stale: list[str]) -> None:
         """Apply this run's proposals to the file as it is now (re-read under a lock), not as it was when the run
         started: shards of one selection running side by side on one machine each write their own cases."""
-        tiers = {case["tier"] for case in self.cases if case["id"] in self.proposals and case.get("tier")}
+        tiers = self._proposed_tiers()
         with exclusive(self.budget_file.path):
             current = BudgetFile.load(self.budget_file.path, missing_ok=True)
             current.entries.update(self.proposals)

@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 import bench_models
+from compile_audit.compile_cache import CacheWatch
 from compile_audit.memory import MemorySampler, format_bytes, release_memory
 from compile_audit.recompiles import PhaseAudit
 from compile_audit.timing import StepTimer
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace, switch: bool | None) -> dict:
     eval_batch = bench_models.make_batch(
         args.model, args.method, batch_size=args.batch_size, seq_len=args.seq_len, seed=EVAL_SEED, device=device
     )
-    first_step_compile = 0.0
+    first_step_compile, first_step_cache = 0.0, "-"
     loss = None
     for step in range(args.steps):
         batch = bench_models.make_batch(
@@ -139,10 +140,10 @@ def run(args: argparse.Namespace, switch: bool | None) -> dict:
         if audit is None:
             loss = timer.time(bench_models.train_step, model, optimizer, batch)
         else:
-            with audit.phase(f"train-{step}", "train") as record:
+            with CacheWatch() as cache, audit.phase(f"train-{step}", "train") as record:
                 loss = timer.time(bench_models.train_step, model, optimizer, batch)
             if step == 0:
-                first_step_compile = record.compile_seconds
+                first_step_compile, first_step_cache = record.compile_seconds, cache.state
         memory.after_step()
         if (step + 1) % args.eval_every == 0 and step + 1 < args.steps:
             memory.before_step()
@@ -158,6 +159,8 @@ def run(args: argparse.Namespace, switch: bool | None) -> dict:
         "compiles": 0 if audit is None else sum(p.frames_compiled for p in audit.phases),
         "step_seconds": statistics.median(steady),
         "first_step_compile": None if audit is None else first_step_compile,
+        "first_step_cache": first_step_cache,
+        "limit_hits": 0 if audit is None else len(audit.limit_hits),
         "final_loss": float(loss),
     }
     del model, optimizer
@@ -176,11 +179,13 @@ def table(args: argparse.Namespace, results: list[dict]) -> str:
         memory_row("reserved mem 99th", "reserved_p99"),
         memory_row("allocated mem max", "allocated_max"),
         ["number of compiles", *(str(r["compiles"]) for r in results)],
+        ["recompile-limit hits (frames run eagerly)", *(str(r["limit_hits"]) for r in results)],
         ["train time / step (median)", *(f"{r['step_seconds'] * 1000:.1f} ms" for r in results)],
         [
             "first-step compile time",
             *("-" if r["first_step_compile"] is None else f"{r['first_step_compile']:.1f} s" for r in results),
         ],
+        ["inductor cache at the first step", *(r["first_step_cache"] for r in results)],
         ["final train loss", *(f"{r['final_loss']:.5f}" for r in results)],
     ]
     versions = bench_models.library_versions()

@@ -1,7 +1,7 @@
 """Options and fixtures of the step benchmarks (time, compile time, memory); see tests/test_gpu_benchmarks.py.
 
 Options (all optional):
-  --gpu-tier-device cuda|cpu   cpu runs the gpu-marked benchmarks on CPU with llama-tiny and aot_eager, so
+  --gpu-tier-device cuda|cpu   cpu runs the gpu-marked benchmarks on CPU with llama-tiny and inductor, so
                                their code path is exercised on every machine (scripts/gpu_check.sh --cpu)
   --gpu-bench-rounds N         timed steps per run (default 10 on CUDA, 3 on CPU)
   --gpu-bench-warmup N         untimed steps before them (default 3 on CUDA, 1 on CPU)
@@ -23,7 +23,7 @@ from tests.cases import CORE_METHODS, GPU_MODELS, Case
 
 BENCHMARK_SCENARIO = "train-eval-train"  # the case whose report record receives the figures
 CPU_MODELS = ("llama-tiny",)
-CPU_BACKEND = "aot_eager"
+CPU_BACKEND = "inductor"  # the GPU tier's backend, on CPU
 # (rounds, warmup, batch size, sequence length) per device kind.
 DEFAULTS = {"cuda": (10, 3, 4, 512), "cpu": (3, 1, 2, 32)}
 
@@ -47,7 +47,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--gpu-tier-device",
         default="cuda",
         choices=("cuda", "cpu"),
-        help="cpu: run the gpu-marked benchmarks on CPU (llama-tiny, aot_eager) so their code path runs anywhere",
+        help="cpu: run the gpu-marked benchmarks on CPU (llama-tiny, inductor) so their code path runs anywhere",
     )
     for name, meaning in (
         ("rounds", "timed steps per run"),

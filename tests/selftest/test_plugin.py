@@ -115,6 +115,22 @@ def test_toy_zoo_budgets_record_and_hold(toy_zoo: pytest.Pytester):
     toy_zoo.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)  # the recorded budget holds
 
 
+def test_record_budgets_judges_as_usual_and_writes_the_entries_elsewhere(toy_zoo: pytest.Pytester):
+    """First contact on new hardware: the verdicts against the committed file, and the entries this run would
+    record in another file; the judged file stays as it was."""
+    judged = toy_zoo.path / "compile_budgets.toml"
+    before = judged.read_text()
+    result = toy_zoo.runpytest_subprocess("--record-budgets=recorded.toml", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*breaks/plain/forward: graph breaks 1/0*", "*budgets recorded: 2 case(s)*"])
+    assert judged.read_text() == before
+    recorded = BudgetFile.load(toy_zoo.path / "recorded.toml")
+    assert recorded.entries["breaks/plain/forward"].graph_breaks == 1
+    assert "torch" in recorded.versions["cpu"]
+    result = toy_zoo.runpytest_subprocess("--budgets=recorded.toml", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)  # what it recorded holds
+
+
 BENCHMARK_ONLY_TEST = """
 def test_benchmark(case, record_compile_benchmarks):
     record_compile_benchmarks(case, {"compiled_step_ms": 1.5, "speedup": float("nan")})

@@ -52,8 +52,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         full_matrix=config.getoption("--full-matrix"),
         cpu_backend=config.getoption("--cpu-backend"),
     )
-    params = [pytest.param(c, id=c.id, marks=[pytest.mark.gpu] if c.tier == "cuda" else []) for c in cases]
+    params = [pytest.param(c, id=c.id, marks=_marks(c)) for c in cases]
     metafunc.parametrize("case", params)
+
+
+def _marks(case: Case) -> list[pytest.MarkDecorator]:
+    if case.tier == "cuda":
+        return [pytest.mark.gpu]
+    return [pytest.mark.inductor] if case.backend == "inductor" else []
 
 
 @pytest.fixture

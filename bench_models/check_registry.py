@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     torch.set_num_threads(2)
 
-    tiny = [k for k, s in MODELS.items() if not s.full_size]
+    tiny = [k for k, s in MODELS.items() if s.cpu_matrix]
     cases = []
     for model_key in args.models or tiny:
         for method_name in args.methods or METHODS:

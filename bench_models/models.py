@@ -43,6 +43,13 @@ class ModelSpec:
     attn_implementation: str = "sdpa"
     # The linear layers quantized after the random init (bench_models/quantized.py): "bnb-nf4", "bnb-fp4", "int8".
     quantization: str = ""
+    # False: a model for measurements only (scripts/compare_compile.py, the step benchmarks), in no case of the matrix.
+    in_matrix: bool = True
+
+    @property
+    def cpu_matrix(self) -> bool:
+        """A model of the CPU tier's cases (tiny, random init)."""
+        return self.in_matrix and not self.full_size
 
     def config_dict(self) -> dict[str, Any]:
         """The transformers config kwargs, model_type included (for full-size models: the JSON minus the "_..."
@@ -234,7 +241,28 @@ _QUANTIZED_SPECS = [
     for suffix, quantization in (("bnb4", "bnb-nf4"), ("bnb4-fp4", "bnb-fp4"), ("int8", "int8"))
 ]
 
-MODELS: dict[str, ModelSpec] = {s.key: s for s in _TINY_SPECS + _QUANTIZED_SPECS + _FULL_SPECS}
+# What compiling buys, measured on CPU (results/): a Llama of a few layers and a few hundred hidden units, large enough
+# that step time is compute rather than Python overhead, small enough for inductor's compile on 2 cores.
+_CPU_BENCH_SPECS = [
+    dataclasses.replace(
+        _TINY_SPECS[0],
+        key="llama-small",
+        size="small",
+        config={
+            **_TINY_SPECS[0].config,
+            "vocab_size": 4096,
+            "hidden_size": 256,
+            "intermediate_size": 688,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "max_position_embeddings": 1024,
+        },
+        in_matrix=False,
+    )
+]
+
+MODELS: dict[str, ModelSpec] = {s.key: s for s in _TINY_SPECS + _QUANTIZED_SPECS + _FULL_SPECS + _CPU_BENCH_SPECS}
 
 
 def get_spec(model_key: str) -> ModelSpec:

@@ -25,10 +25,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from compile_audit.files import write_text_atomic
 

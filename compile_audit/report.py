@@ -30,7 +30,7 @@ REQUIRED_FIELDS = ("id", "model", "method", "scenario", "status")
 def build_report(cases: list[dict[str, Any]], versions: dict[str, str]) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "versions": versions,
         "cases": sorted(cases, key=lambda c: c["id"]),
     }

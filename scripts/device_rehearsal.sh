@@ -9,7 +9,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PYTHON=${PYTHON:-$(command -v python3 || command -v python)}
-if "$PYTHON" -c "import importlib.metadata as m; m.version('peft-compile-gate')" 2>/dev/null; then
+if (cd / && "$PYTHON" -c "import importlib.metadata as m; m.version('peft-compile-gate')" 2>/dev/null); then
     echo "device_rehearsal: peft-compile-gate is installed for $PYTHON; the GPU machine has no install." >&2
     echo "Uninstall it (pip uninstall peft-compile-gate) or set PYTHON to an interpreter without it." >&2
     exit 2

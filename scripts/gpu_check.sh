@@ -10,8 +10,8 @@
 #   later   DoRA and LoHa (recompile-limit known failures on CPU) on llama-tiny and Llama-3.2-1B, gate and benchmarks
 #   all     gate, bench, table
 # or several, comma-separated (--stage bench,table), run in that order.
-# Slice: LoRA, IA3 and prompt tuning on llama-tiny, LoRA on Llama-3.2-1B. --cpu: the same stages on CPU with
-# llama-tiny and inductor, so that this script's code path runs on every change (.ci/run, from a bare copy).
+# Slice: LoRA, IA3 and prompt tuning on llama-tiny, LoRA on Llama-3.2-1B. --cpu: the same stages on CPU for LoRA on
+# llama-tiny with inductor, so that this script's code path runs on every change (.ci/run, from a bare copy).
 # --record-budgets: the cases run against a copy of the budgets file in OUTDIR, which --update-budgets rewrites
 # (first contact: no @cuda-inductor budgets exist yet). Over-budget counts then do not fail; parity, a crash, a
 # steady-state recompile and Dynamo's recompile limit still do, and known failures stay known failures.
@@ -55,7 +55,8 @@ export PYTHONUNBUFFERED=1
 k_of() { local k="" id; for id in "$@"; do k+="${k:+ or }$id/"; done; echo "$k"; }
 if [[ $CPU -eq 1 ]]; then
     DEVICE=cpu
-    SLICE=(llama-tiny/lora llama-tiny/ia3 llama-tiny/prompt-tuning)
+    # The code path, not the coverage: `pytest --cpu-backend inductor -m inductor` judges the inductor selection.
+    SLICE=(llama-tiny/lora)
     LATER=(llama-tiny/lora-dora llama-tiny/loha)
     GATE_ARGS=(-m "not selftest" --cpu-backend inductor)
     BENCH_ARGS=(-m "not selftest" --gpu-tier-device cpu --gpu-bench-rounds 2 --gpu-bench-warmup 1 --gpu-bench-seq-len 16)

@@ -200,7 +200,7 @@ def cases_for(scenario: str, *, full_matrix: bool = False, cpu_backend: str = "e
         ]
     cases = []
     for model, spec in MODELS.items():
-        if spec.full_size:
+        if not spec.cpu_matrix:
             continue
         cases += [
             Case(model, method, scenario, "cpu", cpu_backend)

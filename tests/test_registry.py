@@ -17,7 +17,7 @@ from bench_models import EXCLUDED_PEFT_TYPES, METHODS, MODELS, operation_skip_re
 from compile_audit.budgets import BudgetFile
 from tests.cases import SCENARIOS, cases_for
 
-TINY = [key for key, spec in MODELS.items() if not spec.full_size]
+TINY = [key for key, spec in MODELS.items() if spec.cpu_matrix]
 
 
 def uncovered_peft_types(peft_types, methods, excluded) -> list[str]:

@@ -7,6 +7,8 @@ Options (all optional):
   --gpu-bench-warmup N         untimed steps before them (default 3 on CUDA, 1 on CPU)
   --gpu-bench-batch-size N     (default 4 on CUDA, 2 on CPU)
   --gpu-bench-seq-len N        (default 512 on CUDA, 32 on CPU)
+  --gpu-bench-models KEY,...   the models benchmarked (default: the GPU slice's on CUDA, llama-tiny on CPU; e.g.
+                               llama-small, sized for CPU measurements)
 
 The figures go into pytest-benchmark's ``extra_info`` and, through the compile gate's
 ``record_compile_benchmarks`` fixture, into the ``benchmarks`` of the report's record of the same case id
@@ -19,6 +21,7 @@ import dataclasses
 
 import pytest
 
+from bench_models import MODELS
 from tests.cases import CORE_METHODS, GPU_MODELS, Case
 
 BENCHMARK_SCENARIO = "train-eval-train"  # the case whose report record receives the figures
@@ -56,6 +59,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         ("seq-len", "sequence length of the benchmark steps"),
     ):
         group.addoption(f"--gpu-bench-{name}", type=int, default=None, metavar="N", help=meaning)
+    group.addoption("--gpu-bench-models", default=None, metavar="KEY,...", help="the models benchmarked")
 
 
 def bench_settings(config: pytest.Config) -> BenchSettings:
@@ -79,16 +83,30 @@ def bench_settings(config: pytest.Config) -> BenchSettings:
     )
 
 
+def _models(config: pytest.Config, default: tuple[str, ...]) -> tuple[str, ...]:
+    given = config.getoption("--gpu-bench-models")
+    if not given:
+        return default
+    models = tuple(key.strip() for key in given.split(",") if key.strip())
+    unknown = [key for key in models if key not in MODELS]
+    if unknown:
+        raise pytest.UsageError(f"--gpu-bench-models: unknown model(s) {unknown}; valid models: {', '.join(MODELS)}")
+    return models
+
+
 def pytest_configure(config: pytest.Config) -> None:
     bench_settings(config)  # a bad value is a usage error before anything runs
+    _models(config, ())
 
 
 def benchmark_cases(config: pytest.Config) -> list[Case]:
     """The GPU slice (GPU_MODELS x CORE_METHODS, inductor) or, with --gpu-tier-device cpu, its CPU stand-in."""
     settings = bench_settings(config)
     if settings.device_kind == "cpu":
-        return [Case(m, method, BENCHMARK_SCENARIO, "cpu", CPU_BACKEND) for m in CPU_MODELS for method in CORE_METHODS]
-    return [Case(m, method, BENCHMARK_SCENARIO, "cuda", "inductor") for m in GPU_MODELS for method in CORE_METHODS]
+        models = _models(config, CPU_MODELS)
+        return [Case(m, method, BENCHMARK_SCENARIO, "cpu", CPU_BACKEND) for m in models for method in CORE_METHODS]
+    models = _models(config, GPU_MODELS)
+    return [Case(m, method, BENCHMARK_SCENARIO, "cuda", "inductor") for m in models for method in CORE_METHODS]
 
 
 @pytest.fixture

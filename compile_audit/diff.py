@@ -98,6 +98,7 @@ class ReportDiff:
     changed: list[CaseDiff]
     only_base: list[tuple[dict[str, Any], bool]]  # (case, counts as a regression)
     only_head: list[tuple[dict[str, Any], bool]]
+    work: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (case id, its compile-work change)
 
     @property
     def regressed(self) -> bool:
@@ -105,7 +106,7 @@ class ReportDiff:
 
     @property
     def empty(self) -> bool:
-        return not (self.changed or self.only_base or self.only_head)
+        return not (self.changed or self.only_base or self.only_head or self.work)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -123,6 +124,14 @@ def load_cases(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, An
         seen = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "no case at all"
         raise NothingAudited(f"{path}: no case was audited ({seen}): nothing to compare")
     return cases.versions, cases.by_id
+
+
+def _why(message: str) -> str:
+    """A verdict's message names the counts on its first line and each problem on a "- " line after it: the first
+    problem says why; an exception's message (type first) says it on its first line."""
+    lines = str(message).strip().splitlines()
+    problems = [line.removeprefix("- ") for line in lines[1:] if line.startswith("- ")]
+    return f"{lines[0]} — {problems[0]}" if lines and problems else (lines[0] if lines else "")
 
 
 def _first_line(text: Any, width: int = REASON_WIDTH) -> str:
@@ -225,7 +234,9 @@ def _break_lines(new_breaks: list[tuple[str, dict[str, Any]]]) -> list[str]:
         times = f", x{brk['occurrences']}" if isinstance(brk.get("occurrences"), int) else ""
         source = f" — {code(brk['source'])}" if str(brk.get("source") or "").strip() else ""
         where = code(brk.get("location", "?"))
-        lines.append(f"{how} break at {where} ({brk['call']}{times}): {plain(_first_line(brk.get('reason')))}{source}")
+        eager = f"Dynamo ran {code(brk['eager_function'])} eagerly: " if brk.get("eager_function") else ""
+        reason = plain(_first_line(brk.get("reason")))
+        lines.append(f"{how} break at {where} ({brk['call']}{times}): {eager}{reason}{source}")
     return lines
 
 
@@ -289,8 +300,8 @@ def compare_case(
     status_delta = _status_delta(base["status"], head["status"])
     if status_delta:
         changes.append(Change("status", f"status {base['status']} -> {head['status']}", status_delta))
-    if status_delta > 0 and head["status"] in ("error", "skipped") and head.get("message"):
-        details.append(f"{head['status']}: {_first_line(head['message'])}")
+    if status_delta > 0 and head.get("message"):  # why it got worse: the error raised, or the first problem
+        details.append(f"{head['status']}: {plain(_first_line(_why(head['message'])))}")
     if comparable(base) and comparable(head):
         breaks = _count_change(
             "graph breaks", count(base, "graph_breaks", "count"), count(head, "graph_breaks", "count")
@@ -319,6 +330,44 @@ def compare_case(
     return CaseDiff(head["id"], kept, details) if kept else None
 
 
+WORK = (
+    ("frames_compiled", "frames"),
+    ("graphs_compiled", "graphs"),
+    ("operations_captured", "operations"),
+    ("guards", "guards"),
+)
+
+
+def _work(case: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """Compile work per phase (frames, graphs, operations, guards), from the phases of a report that records them."""
+    phases = {}
+    for phase in case.get("phases") if isinstance(case.get("phases"), list) else []:
+        if isinstance(phase, dict) and "name" in phase:
+            phases[str(phase["name"])] = {key: phase[key] for key, _ in WORK if isinstance(phase.get(key), int)}
+    return phases
+
+
+def compare_work(base: dict[str, Any], head: dict[str, Any]) -> str | None:
+    """What Dynamo compiled, when it changed: totals and the phases that moved. Listed, never a regression by
+    itself (README: the breaks and recompiles are the gate; work is what they cost)."""
+    if not (comparable(base) and comparable(head)):
+        return None
+    old, new = _work(base), _work(head)
+    parts = []
+    for key, label in WORK:
+        before = sum(p.get(key, 0) for p in old.values() if key in p)
+        after = sum(p.get(key, 0) for p in new.values() if key in p)
+        if not any(key in p for p in old.values()) or not any(key in p for p in new.values()) or before == after:
+            continue
+        moved = [
+            f"{name} {old[name][key]} -> {new[name][key]}"
+            for name in new
+            if name in old and key in old[name] and key in new[name] and old[name][key] != new[name][key]
+        ]
+        parts.append(f"{label} {before} -> {after} ({after - before:+d}{'; ' + ', '.join(moved) if moved else ''})")
+    return "; ".join(parts) or None
+
+
 def compare(
     base_path: str | Path,
     head_path: str | Path,
@@ -336,7 +385,12 @@ def compare(
     changed.sort(key=CaseDiff.sort_key)
     only_base = [(base[i], base[i]["status"] != "skipped") for i in sorted(base.keys() - head.keys())]
     only_head = [(head[i], head[i]["status"] in ("failed", "error")) for i in sorted(head.keys() - base.keys())]
-    return ReportDiff(base_versions, head_versions, base, head, changed, only_base, only_head)
+    work = [
+        (case_id, text)
+        for case_id in sorted(base.keys() & head.keys())
+        if (text := compare_work(base[case_id], head[case_id]))
+    ]
+    return ReportDiff(base_versions, head_versions, base, head, changed, only_base, only_head, work)
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -419,6 +473,9 @@ def render(result: ReportDiff, chart: bool = False) -> str:
         lines += _lonely_lines("Only in base", result.only_base, "audited in base, missing from head")
     if result.only_head:
         lines += _lonely_lines("Only in head", result.only_head, "new case outside its budget")
+    if result.work:
+        lines += ["", f"### Compile work ({len(result.work)})", ""]
+        lines += [f"- **{case_id}**: {text}" for case_id, text in result.work]
     if chart:
         lines += chart_lines(result, "graph_breaks", "count")
         lines += chart_lines(result, "recompiles", "unexpected")

@@ -16,14 +16,19 @@ from compile_audit.locations import location
 @dataclasses.dataclass(frozen=True)
 class GraphBreak:
     reason: str  # one line: Dynamo's headline and explanation
-    location: str  # innermost user frame, path:line
+    location: str  # innermost user frame, path:line; for a frame run eagerly, the line of that frame
     source: str  # the source line at that location
     function: str = "?"  # the function of that frame
+    # A break Dynamo could not resume from: it ran this whole function eagerly ("forward at peft/peft_model.py:1903").
+    eager_function: str = ""
+    graph_break_id: str = ""  # torch's stable id of the graph-break type (gb0025), where torch has one
 
     @property
     def kind(self) -> str:
-        """Dynamo's headline (its graph-break type), e.g. ``Unsupported method call``."""
-        return self.reason.split(": ", 1)[0]
+        """Dynamo's headline (its graph-break type), e.g. ``Unsupported method call``; for a frame Dynamo ran
+        eagerly, ``Frame run eagerly (<headline>)``."""
+        headline = self.reason.split(": ", 1)[0]
+        return f"Frame run eagerly ({headline})" if self.eager_function else headline
 
     @property
     def signature(self) -> str:
@@ -61,6 +66,8 @@ class GraphBreakReport:
                     "function": b.function,
                     "signature": b.signature,
                     "occurrences": n,
+                    **({"eager_function": b.eager_function} if b.eager_function else {}),
+                    **({"graph_break_id": b.graph_break_id} if b.graph_break_id else {}),
                 }
                 for b, n in self.grouped()
             ],
@@ -86,6 +93,18 @@ def one_line_reason(reason: str) -> str:
     return headline
 
 
+def graph_break_id(reason: str) -> str:
+    """torch's id of the break's type (``gb0025``) from its registry, keyed by the headline; "" where it has none."""
+    try:
+        from torch._dynamo.exc import _load_gb_type_to_gb_id_map
+
+        known = _load_gb_type_to_gb_id_map()
+    except (ImportError, OSError, ValueError):  # an older torch without the registry
+        return ""
+    found = known.get(reason.split(": ", 1)[0].strip())
+    return str(found).lower() if found else ""
+
+
 def _user_frame(user_stack: list[Any]) -> tuple[str, str, str]:
     if not user_stack:
         return "<unknown>:?", "", "?"
@@ -98,7 +117,10 @@ def graph_break_of(compile_reason: Any) -> GraphBreak | None:
     if compile_reason is None or not getattr(compile_reason, "graph_break", False):
         return None
     where, source, function = _user_frame(list(compile_reason.user_stack))
-    return GraphBreak(reason=one_line_reason(compile_reason.reason), location=where, source=source, function=function)
+    reason = one_line_reason(compile_reason.reason)
+    return GraphBreak(
+        reason=reason, location=where, source=source, function=function, graph_break_id=graph_break_id(reason)
+    )
 
 
 def find_graph_breaks(

@@ -87,10 +87,10 @@ def free_port() -> int:
 
 
 def default_start_method() -> str:
-    """fork where the parent holds no CUDA context (it skips the seconds of importing torch and the zoo again)."""
-    if "fork" in multiprocessing.get_all_start_methods() and not torch.cuda.is_initialized():
-        return "fork"
-    return "spawn"
+    """forkserver: each rank forks from a server process that has imported torch and the rank function's module and
+    never ran autograd or CUDA. Forking the test process itself is refused by torch (2.14 and newer) once its autograd
+    threads have run, and is unsafe once it holds a CUDA context; spawn re-imports everything for every rank."""
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
 def _redirect_output(log: Path) -> None:
@@ -223,10 +223,13 @@ def launch(
     """Run ``fn(shipped, rank, world_size, *args)`` on ``world_size`` ranks in a process group of ``backend`` (gloo;
     nccl: rank N on GPU N); one outcome per rank, in rank order.
 
-    ``fn`` must be importable by name for the spawn start method. ``timeout``: seconds for all ranks together."""
+    ``fn`` must be importable by name (forkserver and spawn pickle it). ``timeout``: seconds for all ranks together."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    context = multiprocessing.get_context(start_method or default_start_method())
+    method = start_method or default_start_method()
+    context = multiprocessing.get_context(method)
+    if method == "forkserver":  # imported once by the server (when it starts), not once per rank
+        context.set_forkserver_preload(["torch", fn.__module__])
     port = free_port()
     started = time.monotonic()
     deadline = started + timeout

@@ -21,6 +21,7 @@ import torch._dynamo
 from torch._dynamo.callback import CallbackArgs, CallbackTrigger
 
 from compile_audit.ddp_splits import GraphSplit, is_ddp_piece
+from compile_audit.frame_records import FrameRecords
 from compile_audit.graph_breaks import GraphBreak, GraphBreakReport, graph_break_of
 from compile_audit.guards import GuardFailure, parse_guard_failure
 from compile_audit.locations import code_location, location
@@ -116,6 +117,8 @@ class PhaseRecord:
     first_transition: bool  # the first time the scenario switches into this kind from that one
     frames_compiled: int = 0
     graphs_compiled: int = 0
+    operations_captured: int = 0  # FX operations in the graphs of the frames compiled (Dynamo's compile metrics)
+    guards: int = 0  # guards installed for them
     compile_seconds: float = 0.0
     seconds: float = 0.0
     recompiles: list[Recompile] = dataclasses.field(default_factory=list)
@@ -263,14 +266,17 @@ class PhaseAudit:
         listener = _PhaseListener(record, expect)
         graphs_before, breaks_before = self.backend.graphs, len(self.backend.breaks)
         splits_before = len(self.backend.splits)
+        frames = FrameRecords()
         started = time.perf_counter()
         try:
-            with listener.installed():
+            with listener.installed(), frames.watching():
                 yield record
         finally:
             record.seconds = time.perf_counter() - started
             record.graphs_compiled = self.backend.graphs - graphs_before
-            record.graph_breaks = self.backend.breaks[breaks_before:]
+            # Frames Dynamo gave up on and ran eagerly are graph breaks too: no graph tells of them.
+            record.graph_breaks = self.backend.breaks[breaks_before:] + frames.eager_frames
+            record.operations_captured, record.guards = frames.work.operations, frames.work.guards
             record.ddp_splits = self.backend.splits[splits_before:]
 
     @property

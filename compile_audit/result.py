@@ -89,7 +89,8 @@ class AuditResult:
         for report in self.graph_breaks:
             for brk, occurrences in report.grouped():
                 times = f" x{occurrences}" if occurrences > 1 else ""
-                lines.append(f"{brk.location} [{report.call}{times}]: {brk.reason}")
+                eager = f"Dynamo ran {brk.eager_function} eagerly: " if brk.eager_function else ""
+                lines.append(f"{brk.location} [{report.call}{times}]: {eager}{brk.reason}")
                 if brk.source:
                     lines.append(f"    {brk.source}")
         return lines[: 2 * limit] + ([f"... {len(lines) // 2 - limit} more"] if len(lines) > 2 * limit else [])

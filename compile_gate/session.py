@@ -144,4 +144,9 @@ def _message(report: pytest.TestReport) -> str | None:
     text = report.longreprtext if crash is None or report.when == "call" else crash.message
     # xdist prefixes the worker's platform line; the report wants the failure itself.
     lines = [line for line in text.strip().splitlines() if not line.startswith("[gw")]
+    style = getattr(getattr(report.longrepr, "reprtraceback", None), "style", None)
+    if crash is not None and report.when == "call" and style != "value":
+        # An exception, not the gate's own verdict (pytest.fail without a traceback): its type and message first,
+        # so that the first line of the report says why.
+        lines = [*crash.message.splitlines(), "", *lines]
     return "\n".join(lines).strip()

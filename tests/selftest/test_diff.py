@@ -284,3 +284,33 @@ def test_new_recompile_limit_hit_is_a_regression(tmp_path, capsys):
     assert code == 1
     assert "recompile limit hit on 1 new frame(s)" in out
     assert "new recompile-limit hit in eval-1 of `wrapped_func at transformers/utils/deprecation.py:121`" in out
+
+
+def test_a_case_that_raises_says_why_in_the_diff(tmp_path, capsys):
+    """A crash in the test body: the exception's type and message (first in the report's message), in one line."""
+    crashed = fake.case(LORA, "failed", message="KeyError: 'base_model.model.classifier.weight'\n\ndef test_...")
+    code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{LORA: crashed}), capsys=capsys)
+    assert code == 1
+    assert f"- **{LORA}**: status passed -> failed" in out
+    assert "  - failed: KeyError: 'base_model.model.classifier.weight'" in out
+
+
+def test_a_failed_verdict_names_its_first_problem(tmp_path, capsys):
+    message = f"{LORA}: graph breaks 0/0, recompiles 1/expected only\n- [eval-1] compiled eval vs eager eval logits: x"
+    failed = fake.case(LORA, "failed", message=message)
+    code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{LORA: failed}), capsys=capsys)
+    assert code == 1
+    assert "— \\[eval-1\\] compiled eval vs eager eval logits: x" in out
+
+
+def test_compile_work_is_listed_apart_and_does_not_fail(tmp_path, capsys):
+    """peft#2921: more frames compiled, the same breaks and recompiles."""
+    base = _by_id(fake.base_cases())
+    base[LORA]["phases"][0]["guards"] = 30
+    head = copy.deepcopy(base)
+    head[LORA]["phases"][0].update(frames_compiled=6, guards=40)
+    code, out, _ = _run(tmp_path, list(base.values()), list(head.values()), capsys=capsys)
+    assert code == 0, "compile work alone is no regression"
+    work = _section(out, "Compile work")[2:]
+    assert work == [f"- **{LORA}**: frames 9 -> 12 (+3; train-1 3 -> 6); guards 30 -> 40 (+10; train-1 30 -> 40)"]
+    assert "### Regressions" not in out

@@ -90,3 +90,41 @@ def test_vanished_signature_asks_to_tighten():
 def test_one_line_reason_keeps_headline_and_explanation():
     reason = "Unsupported method call\n  Explanation: Dynamo cannot trace `str.startswith`\n  Hint: avoid it\n"
     assert one_line_reason(reason) == "Unsupported method call: Dynamo cannot trace `str.startswith`"
+
+
+def test_a_frame_dynamo_runs_eagerly_is_a_graph_break_named_at_its_line():
+    """peft#3558: the whole forward ran eagerly and no graph told of it; the count read 0."""
+    audit = CaseAudit("toy/eager-frame/forward", Budget())
+    compiled = audit.compile(toys.RunsEagerlyAfterAttributeBreak())
+    with audit.phase("call-1", "train"):
+        compiled(torch.randn(2, 4))
+    with audit.phase("call-2", "train"):
+        compiled(torch.randn(2, 4))
+    result = audit.result
+    eager = [b for report in result.graph_breaks for b in report.breaks if b.eager_function]
+    assert len(eager) == 1, result.graph_breaks
+    (brk,) = eager
+    assert brk.location == toys.planted_line("eager-frame")
+    assert brk.eager_function.startswith("forward at tests/selftest/toys.py:")
+    assert brk.graph_break_id == "gb0025"
+    assert toys.planted_line("inner-break") in brk.reason
+    assert (
+        brk.signature == "tests/selftest/toys.py in forward: Frame run eagerly (Call to `torch._dynamo.graph_break()`)"
+    )
+    verdict = audit.verdict()
+    assert verdict.status == "failed"
+    assert "graph breaks: " in verdict.message and f"{toys.planted_line('eager-frame')} [call-1]" in verdict.message
+    assert "Dynamo ran forward at tests/selftest/toys.py:" in verdict.message
+    assert result.to_dict()["graph_breaks"]["signatures"][0] == brk.signature
+
+
+def test_compile_work_per_phase_counts_operations_and_guards():
+    audit = CaseAudit("toy/clean/forward", Budget())
+    compiled = audit.compile(toys.Clean())
+    with audit.phase("call-1", "eval") as first:
+        compiled(torch.randn(2, 4))
+    with audit.phase("call-2", "eval") as second:
+        compiled(torch.randn(2, 4))
+    assert first.operations_captured > 0 and first.guards > 0
+    assert (second.frames_compiled, second.operations_captured, second.guards) == (0, 0, 0)
+    assert {"operations_captured", "guards"} <= set(audit.result.to_dict()["phases"][0])

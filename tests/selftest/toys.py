@@ -50,6 +50,30 @@ class BranchesOnData(Clean):
         return -y
 
 
+class _WarnsOnRead:
+    """A property that breaks the graph when read, as transformers 5's deprecated ``config.use_return_dict`` did."""
+
+    @property
+    def use_return_dict(self) -> bool:
+        torch._dynamo.graph_break()  # PLANTED:inner-break
+        return True
+
+
+class RunsEagerlyAfterAttributeBreak(Clean):
+    """A break inside an attribute load is one Dynamo cannot resume from: it runs this whole forward eagerly and
+    compiles no graph for it (peft#3558)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.config = _WarnsOnRead()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        if self.config.use_return_dict:  # PLANTED:eager-frame
+            y = y * 2
+        return y.relu()
+
+
 class CountsCalls(Clean):
     """A Python attribute changed in forward and used as a constant: every call recompiles."""
 

@@ -1,0 +1,130 @@
+"""What Dynamo recorded of each frame it tried to compile in a span of work: the frames it ran eagerly, and the compile
+work (graph operations, guards) of the frames it compiled.
+
+A graph break Dynamo cannot resume from (one inside an attribute load, say) makes it skip the whole function and run
+it eagerly: no graph is compiled for it, so counting the graphs the backend receives misses it. Dynamo records every
+frame compile in its compilation metrics (``torch._dynamo.utils``), a failed one with the exception type, reason and
+innermost user frame; its graph-break log carries the user traceback, which names the line of the skipped function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import linecache
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import torch._dynamo.utils
+
+from compile_audit.graph_breaks import GraphBreak, graph_break_id, one_line_reason
+from compile_audit.locations import location, short_path
+
+# Types Dynamo raises for a graph break it did not handle; the frame then runs eagerly.
+_GRAPH_BREAK_FAILURES = frozenset({"Unsupported", "UserError"})
+_TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)$')
+_METRICS_LIMIT = 100_000  # a phase's frame compiles all stay in the window (Dynamo's default keeps 64)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrameWork:
+    """Compile work of a span: frames Dynamo compiled, the operations its graphs captured, the guards installed."""
+
+    frames: int = 0
+    operations: int = 0
+    guards: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+class _GraphBreakLog(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.tracebacks: list[list[tuple[str, int, str]]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = str(record.msg)
+        if "\nUser code traceback:\n" not in text:
+            return
+        frames = []
+        for line in text.split("\nUser code traceback:\n", 1)[1].splitlines():
+            match = _TRACEBACK_FRAME.match(line)
+            if match:
+                frames.append((match["file"], int(match["line"]), match["name"]))
+        self.tracebacks.append(frames)
+
+
+def _graph_break_logger() -> logging.Logger:
+    from torch._dynamo.symbolic_convert import graph_break_log
+
+    return graph_break_log
+
+
+class FrameRecords:
+    """``with FrameRecords() as records: ...``, then ``records.eager_frames`` and ``records.work``."""
+
+    def __init__(self) -> None:
+        self.eager_frames: list[GraphBreak] = []
+        self.work = FrameWork()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[FrameRecords]:
+        utils = torch._dynamo.utils
+        previous_limit = utils._compilation_metrics.maxlen
+        utils.set_compilation_metrics_limit(_METRICS_LIMIT)
+        seen = list(utils._compilation_metrics)
+        logger = _graph_break_logger()
+        handler = _GraphBreakLog()
+        level, propagate = logger.level, logger.propagate
+        logger.addHandler(handler)
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False  # Dynamo's own handler would print every break to stderr
+        try:
+            yield self
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
+            new = [m for m in utils._compilation_metrics if not any(m is old for old in seen)]
+            utils.set_compilation_metrics_limit(previous_limit or 64)
+            self._read(new, handler.tracebacks)
+
+    def _read(self, metrics: list[Any], tracebacks: list[list[tuple[str, int, str]]]) -> None:
+        compiled = [m for m in metrics if m.has_guarded_code]
+        self.work = FrameWork(
+            frames=len(compiled),
+            operations=sum(m.graph_op_count or 0 for m in compiled),
+            guards=sum(m.guard_count or 0 for m in compiled),
+        )
+        self.eager_frames = [
+            eager_frame_break(m, tracebacks)
+            for m in metrics
+            if m.fail_type in _GRAPH_BREAK_FAILURES and not m.has_guarded_code and m.co_filename
+        ]
+
+
+def eager_frame_break(metrics: Any, tracebacks: list[list[tuple[str, int, str]]]) -> GraphBreak:
+    """The graph break of a frame Dynamo skipped, at the line of that frame where it broke (from the graph-break
+    log's user traceback; the function's first line when the log has no traceback for it)."""
+    line = metrics.co_firstlineno
+    for frames in tracebacks:
+        lines = [n for file, n, name in frames if name == metrics.co_name and file == metrics.co_filename]
+        if lines:
+            line = lines[0]
+            break
+    reason = one_line_reason(metrics.fail_reason or metrics.fail_type)
+    inner = ""
+    if metrics.fail_user_frame_filename:
+        inner = location(metrics.fail_user_frame_filename, metrics.fail_user_frame_lineno)
+    source = linecache.getline(metrics.co_filename, line).strip()
+    return GraphBreak(
+        reason=f"{reason} (the break: {inner})" if inner and inner != location(metrics.co_filename, line) else reason,
+        location=location(metrics.co_filename, line),
+        source=source,
+        function=metrics.co_name,
+        eager_function=f"{metrics.co_name} at {short_path(metrics.co_filename)}:{metrics.co_firstlineno}",
+        graph_break_id=graph_break_id(reason),
+    )

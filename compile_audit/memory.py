@@ -116,3 +116,34 @@ def release_memory(device: str | torch.device) -> None:
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
+
+
+class ProcessPeak:
+    """Peak resident memory of this process over a span, for CPU runs (torch keeps no CPU memory counters): Linux
+    resets the high-water mark (VmHWM) when "5" is written to /proc/self/clear_refs. ``peak`` is None elsewhere.
+    It counts everything the process holds (the model, the optimizer, activations, inductor's compile), not one
+    device's tensors."""
+
+    _STATUS, _CLEAR = "/proc/self/status", "/proc/self/clear_refs"
+
+    def __init__(self) -> None:
+        self.peak: int | None = None
+
+    def __enter__(self) -> ProcessPeak:
+        gc.collect()
+        try:
+            with open(self._CLEAR, "w") as clear:
+                clear.write("5")
+        except OSError:
+            self._usable = False
+        else:
+            self._usable = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._usable:
+            return
+        with open(self._STATUS) as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    self.peak = int(line.split()[1]) * 1024

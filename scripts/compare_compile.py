@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 import bench_models
 from compile_audit.compile_cache import CacheWatch
-from compile_audit.memory import MemorySampler, format_bytes, release_memory
+from compile_audit.memory import MemorySampler, ProcessPeak, format_bytes, release_memory
 from compile_audit.recompiles import PhaseAudit
 from compile_audit.timing import StepTimer
 
@@ -116,6 +116,13 @@ def validate(model, batch, switch: bool | None) -> None:
 
 def run(args: argparse.Namespace, switch: bool | None) -> dict:
     """One run: None = no compile; True/False = compiled with/without the train/eval switch."""
+    with ProcessPeak() as peak:
+        result = _run(args, switch)
+    result["process_peak"] = peak.peak
+    return result
+
+
+def _run(args: argparse.Namespace, switch: bool | None) -> dict:
     device = args.device
     dtype = torch.bfloat16 if args.dtype == "bf16" else None
     model = bench_models.build_peft_model(args.model, args.method, device=device, dtype=dtype)
@@ -178,6 +185,7 @@ def table(args: argparse.Namespace, results: list[dict]) -> str:
         memory_row("reserved mem avg", "reserved_mean"),
         memory_row("reserved mem 99th", "reserved_p99"),
         memory_row("allocated mem max", "allocated_max"),
+        ["process peak RSS", *(format_bytes(r["process_peak"], "n/a") for r in results)],
         ["number of compiles", *(str(r["compiles"]) for r in results)],
         ["recompile-limit hits (frames run eagerly)", *(str(r["limit_hits"]) for r in results)],
         ["train time / step (median)", *(f"{r['step_seconds'] * 1000:.1f} ms" for r in results)],

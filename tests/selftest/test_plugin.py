@@ -197,8 +197,13 @@ def test_a_crash_is_a_known_failure_only_when_the_reason_names_its_type(toy_zoo:
         ["*known failure (raises RuntimeError: absmax); today: the case raised RuntimeError: absmax*"]
     )
     result.stdout.fnmatch_lines(["*RuntimeError: absmax must be float32*"])
-    statuses = {case["id"]: case["status"] for case in _report(toy_zoo)["cases"]}
-    assert statuses == {"clean/plain/forward": "xfailed", "breaks/plain/forward": "failed"}
+    cases = {case["id"]: case for case in _report(toy_zoo)["cases"]}
+    assert {case_id: case["status"] for case_id, case in cases.items()} == {
+        "clean/plain/forward": "xfailed",
+        "breaks/plain/forward": "failed",
+    }
+    # The report's message starts with the exception, so that the diff's one line says why.
+    assert cases["breaks/plain/forward"]["message"].splitlines()[0] == "RuntimeError: absmax must be float32"
 
 
 def test_runxfail_shows_every_known_failure_as_the_failure_it_is(toy_zoo: pytest.Pytester):

@@ -17,7 +17,7 @@ fi
 COPY=$(mktemp -d)
 OUT=${1:-$(mktemp -d)}
 mkdir -p "$OUT"
-(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$COPY")
+(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | xargs -0 cp -P --parents -t "$COPY")
 echo "bare copy: $COPY (no .git: $([[ -e $COPY/.git ]] && echo no || echo yes)), OUT: $OUT"
 export GIT_COMMIT
 GIT_COMMIT=$(git -C "$ROOT" rev-parse --short HEAD)

@@ -17,6 +17,7 @@ fi
 COPY=$(mktemp -d)
 OUT=${1:-$(mktemp -d)}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)  # the run happens in the copy, which is removed at the end
 (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | xargs -0 cp -P --parents -t "$COPY")
 echo "bare copy: $COPY (no .git: $([[ -e $COPY/.git ]] && echo no || echo yes)), OUT: $OUT"
 export GIT_COMMIT

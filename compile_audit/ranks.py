@@ -42,7 +42,7 @@ STACK_LINES = 12  # innermost frames of a killed rank's stack shown in its failu
 class RankOutcome:
     rank: int
     exitcode: int | None  # None: killed
-    killed: str | None  # why it was killed: "did not finish within 60 s", ...
+    killed: str | None  # why it was killed (the deadline passed, or a peer failed), or None
     shipped: dict[str, Any]  # what the rank put in its dict, as JSON data
     error: str | None  # the rank's traceback text, when it raised
     log: Path

@@ -27,20 +27,20 @@ LIFECYCLE_DEFAULT_METHODS = ("lora",)
 LIFECYCLE_DEFAULT_MODELS = ("llama-tiny", "bert-tiny")
 # The depth scenario runs LoRA (clean at 1 and 4 layers) on llama-tiny by default; every method and model with
 # --full-matrix, to keep the default run at 10 minutes: DoRA (a known failure at the recompile limit, see
-# FULL_MATRIX_ONLY; 31 s, 2026-12-01), IA3 and prompt tuning (they compiled the same at 1 and 4 layers, 21 s), LoHa
-# (grows with depth, a known failure, 15 s).
+# FULL_MATRIX_ONLY), IA3 and prompt tuning (they compiled the same at 1 and 4 layers), LoHa
+# (grows with depth, a known failure).
 DEPTH_DEFAULT_METHODS = ("lora",)
 # The trainer scenario by default: LoRA and DoRA on llama-tiny, LoRA on bert-tiny (the classifier's task path).
 # llama-tiny/lora-dora/trainer is the default run's DoRA case: it stays under the recompile limit, so its budgeted
 # breaks and their signatures hold, and a new DoRA break fails it. The Trainer adds no method-specific code: IA3,
-# prompt tuning and DoRA on bert-tiny (30 s together, 0 breaks but DoRA's) run with --full-matrix, to keep the
+# prompt tuning and DoRA on bert-tiny (0 breaks but DoRA's) run with --full-matrix, to keep the
 # default run at 10 minutes.
 TRAINER_DEFAULT_METHODS = {"llama-tiny": ("lora", "lora-dora"), "bert-tiny": ("lora",)}
 # The distributed scenarios (2 ranks each) run these on llama-tiny by default; with --full-matrix CORE_METHODS on
 # llama-tiny and LoRA on the other tiny models; LoRA on the GPU tier. With --full-matrix only, to keep the default run
-# at 10 minutes: DoRA under both wrappers (known failures at the recompile limit, see FULL_MATRIX_ONLY; 37 s) and IA3
+# at 10 minutes: DoRA under both wrappers (known failures at the recompile limit, see FULL_MATRIX_ONLY;) and IA3
 # under FSDP2, which compiled exactly as LoRA does there (0 breaks, 26 recompiles of which 8 unexpected, all in
-# transformers' deprecation wrapper called from FSDP2's per-module frames; 15 to 23 s, 2026-12-01).
+# transformers' deprecation wrapper called from FSDP2's per-module frames).
 DISTRIBUTED_DEFAULT_METHODS = {"ddp": ("lora", "ia3"), "fsdp2": ("lora",)}
 DISTRIBUTED_SCENARIOS = tuple(DISTRIBUTED_DEFAULT_METHODS)
 
@@ -48,29 +48,28 @@ DISTRIBUTED_SCENARIOS = tuple(DISTRIBUTED_DEFAULT_METHODS)
 # code, and bert-tiny prompt tuning (PEFT's sequence-classification prompt path); the whole product is behind
 # --full-matrix. With --full-matrix only, to keep the default run at 10 minutes: IA3 (its layers are the same code on
 # every architecture, which linears it wraps is config) and prompt tuning on qwen2-tiny and opt-tiny (PEFT's causal-LM
-# prompt path, as on llama-tiny): they compiled clean there, 0 breaks and the expected recompile (18 s together,
-# 2026-12-01); DoRA and LoHa (known failures at the recompile limit, as on llama-tiny; 90 s). The GPU tier runs
+# prompt path, as on llama-tiny): they compiled clean there, 0 breaks and the expected recompile;
+# DoRA and LoHa (known failures at the recompile limit, as on llama-tiny). The GPU tier runs
 # CORE_METHODS (inductor compiles take seconds to minutes each).
 OTHER_ARCHITECTURE_METHODS = {"qwen2-tiny": ("lora",), "opt-tiny": ("lora",), "bert-tiny": ("lora", "prompt-tuning")}
 # Known failures run only with --full-matrix (the weekly run), to keep the default run at 10 minutes: the default run
 # holds the cases expected to pass. A known failure holds every problem of its case, a new break included (at the
 # recompile limit the counts are not comparable with any budget anyway), so in the default run it could only say
 # that the case still fails. A fix shows in the full matrix, where the case then passes and fails the run until its
-# known_failure is removed. (model, scenario) -> methods; measured on the 2-core machine (2026-12-01): DoRA in
-# train-eval-train (21 s), on bitsandbytes NF4 (21 s), FRoD, Poly, ShiRA and WaveFT (101 s), all at the recompile
-# limit in transformers' deprecation wrapper; Cartridge, whose class defined in forward recompiles on every call
-# (7 s); LoRA with gradient checkpointing and dropout (peft#3020, 6 s; bert-tiny's case passes and stays) and
-# inject-compiled-base (`_orig_mod.` keys, 4 s). DoRA at depth and under DDP and FSDP2 (68 s) are left out of
+# known_failure is removed. (model, scenario) -> methods: DoRA in
+# train-eval-train, on bitsandbytes NF4, FRoD, Poly, ShiRA and WaveFT, all at the recompile
+# limit in transformers' deprecation wrapper; Cartridge, whose class defined in forward recompiles on every call;
+# LoRA with gradient checkpointing and dropout (peft#3020; bert-tiny's case passes and stays) and
+# inject-compiled-base (`_orig_mod.` keys). DoRA at depth and under DDP and FSDP2 are left out of
 # DEPTH_DEFAULT_METHODS and DISTRIBUTED_DEFAULT_METHODS. DoRA's breaks stay guarded by llama-tiny/lora-dora/trainer,
-# which is under the limit. The machine's speed drifts by up to a fifth between runs (the same default cases took
-# 434 s and 515 s an hour apart), so the default run keeps that margin.
+# which is under the limit. The machine's speed drifts between runs, so the default run keeps a margin (README).
 FULL_MATRIX_ONLY: dict[tuple[str, str], tuple[str, ...]] = {
     ("llama-tiny", "train-eval-train"): ("lora-dora", "frod", "poly", "shira", "waveft", "cartridge"),
     ("llama-tiny-bnb4", "train-eval-train"): ("lora-dora",),
     ("qwen2-tiny", "train-eval-train"): ("cartridge",),
     ("opt-tiny", "train-eval-train"): ("cartridge",),
     # Not a known failure: FP4 compiles as NF4 does (LoRA: the same counts; DoRA: the same recompile-limit known
-    # failure; 12 and 25 s, 2026-12-01), and NF4, QLoRA's default, runs by default.
+    # failure; 12 and), and NF4, QLoRA's default, runs by default.
     ("llama-tiny-bnb4-fp4", "train-eval-train"): ("lora", "lora-dora"),
     ("llama-tiny", "gradient-checkpointing"): ("lora",),
     ("llama-tiny", "inject-compiled-base"): ("lora",),

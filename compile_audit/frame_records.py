@@ -75,7 +75,7 @@ class FrameRecords:
         utils = torch._dynamo.utils
         previous_limit = utils._compilation_metrics.maxlen
         utils.set_compilation_metrics_limit(_METRICS_LIMIT)
-        seen = list(utils._compilation_metrics)
+        seen = {id(m) for m in utils._compilation_metrics}  # the records kept alive by the deque
         logger = _graph_break_logger()
         handler = _GraphBreakLog()
         level, propagate = logger.level, logger.propagate
@@ -88,7 +88,7 @@ class FrameRecords:
             logger.removeHandler(handler)
             logger.setLevel(level)
             logger.propagate = propagate
-            new = [m for m in utils._compilation_metrics if not any(m is old for old in seen)]
+            new = [m for m in utils._compilation_metrics if id(m) not in seen]
             utils.set_compilation_metrics_limit(previous_limit or 64)
             self._read(new, handler.tracebacks)
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch._dynamo
 
+from compile_audit import footprint
 from compile_audit.budgets import Budget
 from compile_audit.graph_breaks import GraphBreakReport, find_graph_breaks
 from compile_audit.recompiles import PhaseAudit, PhaseRecord
@@ -17,6 +18,12 @@ from compile_audit.result import AuditResult
 from compile_audit.verdict import Verdict, judge
 
 _BACKEND_NAMES = itertools.count()
+
+
+def reset_dynamo() -> None:
+    """``torch._dynamo.reset()``, keeping the case's footprint recording paused while Dynamo compiles."""
+    torch._dynamo.reset()
+    footprint.reinstall()
 
 
 class KnownFailureConfirmed(Exception):
@@ -46,7 +53,7 @@ class CaseAudit:
         return report
 
     def _start(self) -> PhaseAudit:
-        torch._dynamo.reset()
+        reset_dynamo()
         self._phases = PhaseAudit(self.backend)
         self.result.phases = self._phases.phases
         return self._phases

@@ -21,6 +21,7 @@ import torch._dynamo
 from torch._dynamo.callback import CallbackArgs, CallbackTrigger
 
 from compile_audit.ddp_splits import GraphSplit, is_ddp_piece
+from compile_audit.footprint import note_traced_code
 from compile_audit.frame_records import FrameRecords
 from compile_audit.graph_breaks import GraphBreak, GraphBreakReport, graph_break_of
 from compile_audit.guards import GuardFailure, parse_guard_failure
@@ -155,6 +156,7 @@ class CountingBackend:
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         if not is_ddp_piece(gm):
             self.count_graph(gm)
+            note_traced_code()
         return self._inner(gm, example_inputs)
 
     def count_graph(self, gm: torch.fx.GraphModule) -> None:

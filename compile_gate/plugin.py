@@ -19,6 +19,8 @@ import torch
 from compile_audit import global_state
 from compile_audit.budgets import BudgetFile, BudgetFileError
 from compile_audit.case import CaseAudit, KnownFailureConfirmed
+from compile_audit.footprint import FootprintRecorder
+from compile_audit.footprint import active as footprint_active
 from compile_audit.notes import auto_note
 from compile_audit.report import summary_table
 from compile_audit.verdict import observed
@@ -28,6 +30,7 @@ from compile_gate.session import BENCHMARKS, PROPOSAL, RECORD, GateSession, json
 SESSION = pytest.StashKey[GateSession]()
 AUDIT = pytest.StashKey[CaseAudit]()
 STATE_BEFORE_SETUP = pytest.StashKey[dict]()
+FOOTPRINT = pytest.StashKey[FootprintRecorder]()
 DEFAULT_BUDGETS = "tests/compile_budgets.toml"
 
 
@@ -47,6 +50,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--compile-report", metavar="PATH", help="write every case's audit as JSON to PATH")
     parser.addini("compile_budgets", "budgets file, relative to the rootdir", default=DEFAULT_BUDGETS)
+    parser.addini(
+        "compile_footprint_packages",
+        "top-level packages whose functions each case's footprint records (compile_audit.footprint)",
+        type="linelist",
+        default=["peft"],
+    )
 
 
 @pytest.hookimpl(trylast=True)
@@ -136,6 +145,8 @@ def _leak_message(case_id: str, leaked: list[str], where: str) -> str:
 def pytest_runtest_setup(item: pytest.Item):
     if _is_case(item):
         item.stash[STATE_BEFORE_SETUP] = global_state.snapshot()
+        recorder = FootprintRecorder(item.config.getini("compile_footprint_packages"))
+        item.stash[FOOTPRINT] = recorder.__enter__()  # left in pytest_runtest_call, or at teardown after a failed setup
     return (yield)
 
 
@@ -157,6 +168,7 @@ def pytest_runtest_call(item: pytest.Item):
             raise
         raised, result = exc, None
     finally:
+        _stop_footprint(item)
         leaked = _leaked(before) if before is not None else []
     if raised is not None and not leaked:
         today = f"{type(raised).__name__}: {raised}".splitlines()[0][:300]
@@ -166,6 +178,12 @@ def pytest_runtest_call(item: pytest.Item):
     elif leaked:
         pytest.fail(_leak_message(item.funcargs["case"].id, leaked, "in the test body"), pytrace=False)
     return result
+
+
+def _stop_footprint(item: pytest.Item) -> None:
+    recorder = item.stash.get(FOOTPRINT, None)
+    if recorder is not None and recorder in footprint_active():
+        recorder.__exit__(None, None, None)
 
 
 def _runxfail(config: pytest.Config) -> bool:
@@ -180,6 +198,7 @@ def _known_crash(audit: CaseAudit | None, exc: Exception) -> bool:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     """A fixture of the case that changed a process-wide setting and did not restore it: an error naming it."""
+    _stop_footprint(item)
     result = yield
     before = item.stash.get(STATE_BEFORE_SETUP, None)
     leaked = _leaked(before) if before is not None else []
@@ -247,9 +266,16 @@ def case_audit(request: pytest.FixtureRequest, case: Any):
         "audited": audit.result.audited,
         "wall_seconds": round(time.perf_counter() - started, 2),
         **_with_budget(audit),
+        "footprint": _footprint(request.node),
         "benchmarks": {},
     }
     request.node.user_properties.append((RECORD, record))
+
+
+def _footprint(item: pytest.Item) -> dict[str, list[str]]:
+    _stop_footprint(item)
+    recorder = item.stash.get(FOOTPRINT, None)
+    return recorder.footprint() if recorder is not None else {}
 
 
 def _with_budget(audit: CaseAudit) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import torch
 from bench_models import make_batch, make_optimizer, train_step
 from bench_models.workloads import eval_step
 from compile_audit.budgets import AUTO_NOTE_PREFIX
+from compile_audit.case import reset_dynamo
 from compile_audit.depth import growth_with_depth
 from compile_audit.recompiles import PhaseAudit
 from tests.cases import SHORT_CYCLE_ENDS, SHORT_CYCLE_PLAN
@@ -50,7 +51,7 @@ def test_depth(case, device, make_peft_model, case_audit):
         return
 
     shallow = PhaseAudit(case.backend)
-    torch._dynamo.reset()
+    reset_dynamo()
     _run(shallow, make_peft_model(num_layers=1, **case.model_overrides), case, device)
     grew = growth_with_depth(shallow.phases, deep.phases, DEPTH)
     if grew and not _growth_explained(case_audit.budget):

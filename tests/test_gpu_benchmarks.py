@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from bench_models import eval_step, make_batch, make_optimizer, train_step
+from compile_audit.case import reset_dynamo
 from compile_audit.compile_cache import CacheWatch
 from compile_audit.memory import MemorySampler, release_memory
 from compile_audit.recompiles import PhaseAudit
@@ -85,7 +86,7 @@ def test_train_step_benchmark(case, device, make_peft_model, benchmark, gpu_benc
     release_memory(device)
 
     # Compiled: first step (compile), an eval step (recompile for eval mode + no_grad), then the steady state.
-    torch._dynamo.reset()
+    reset_dynamo()
     audit = PhaseAudit(backend=case.backend)
     model = make_peft_model(**overrides)
     optimizer = make_optimizer(model)

@@ -15,6 +15,7 @@ import torch
 import bench_models
 from bench_models import add_adapter, eval_step, make_batch, make_optimizer, train_step
 from bench_models.lifecycle import base_weight_mismatches, randomize_adapter
+from compile_audit.case import reset_dynamo
 from compile_audit.parity import compare_losses, compare_tensors
 from compile_audit.recompiles import PhaseAudit
 
@@ -247,7 +248,7 @@ def test_hotswap(case, device, make_peft_model, case_audit, tmp_path):
     # Contingency first (case_audit.compile resets Dynamo after it): unprepared, the small -> large swap recompiles.
     unprepared = make_peft_model(rank=SMALL_RANK).eval()
     hotswap_adapter(unprepared, str(paths["small"]), adapter_name="default", torch_device=device)
-    torch._dynamo.reset()
+    reset_dynamo()
     contingency = PhaseAudit(case.backend)
     _hotswap_run(unprepared, contingency.compile(unprepared, dynamic=True), contingency, batch, paths, plan[:2], device)
     if not contingency.recompiles:
@@ -349,7 +350,7 @@ def test_dynamic_modes(case, device, make_peft_model, case_audit):
             train_step(compiled, optimizer, batch)
     case_audit.steady_state_after(f"train-{LENGTHS[1]}")
 
-    torch._dynamo.reset()
+    reset_dynamo()
     marked = PhaseAudit(case.backend)
     compiled = marked.compile(model, dynamic=True)
     for length, batch in zip(LENGTHS, batches, strict=True):

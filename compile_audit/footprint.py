@@ -1,0 +1,107 @@
+"""A case's footprint: the functions of chosen packages (PEFT) that it ran, traced by Dynamo or run by the interpreter.
+
+Two sources, since a function Dynamo traces is never executed by the interpreter:
+
+- the interpreter's profiler (cProfile) sees every Python function that runs eagerly: model building,
+  ``merge_adapter``, a frame Dynamo skipped, an eager reference run. It is paused while Dynamo compiles, so Dynamo's
+  own tracing costs nothing extra;
+- Dynamo's tracing context lists the code objects a compiled frame traced, the functions it inlined included. The
+  audit's counting backend hands them over (:func:`note_traced_code`) each time it receives a graph.
+
+It cannot see Python code run in another process (the ranks of a distributed case) or in a thread the case started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import cProfile
+import types
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from torch._dynamo.callback import callback_handler
+from torch._guards import TracingContext
+
+from compile_audit.locations import short_path
+
+_active: list[FootprintRecorder] = []
+
+
+def active() -> tuple[FootprintRecorder, ...]:
+    return tuple(_active)
+
+
+def reinstall() -> None:
+    """``torch._dynamo.reset()`` drops every compile callback: put back the pause of each active recorder."""
+    for recorder in _active:
+        recorder.install_callbacks()
+
+
+def note_traced_code() -> None:
+    """Called while Dynamo hands a graph to a backend: the code the current frame traced joins the footprint."""
+    if not _active:
+        return
+    reinstall()  # after a reset nobody announced, at least the next compiles are paused again
+    context = TracingContext.try_get()
+    if context is None:
+        return
+    for recorder in _active:
+        recorder.codes.update(context.traced_code)
+
+
+class FootprintRecorder:
+    """Records the functions run or traced while active (a context manager); :meth:`footprint` keeps those of
+    ``packages`` as ``{package-relative file: [function names]}``. The interpreter's side is cProfile's, whose
+    C hook costs far less than a Python profile function."""
+
+    def __init__(self, packages: Sequence[str]) -> None:
+        self.packages = tuple(packages)
+        self.codes: set[types.CodeType] = set()
+        self._profile = cProfile.Profile(builtins=False)  # C functions are no footprint
+
+    def _pause(self, *_: Any) -> None:
+        self._profile.disable()
+
+    def _resume(self, *_: Any) -> None:
+        self._profile.enable()
+
+    def install_callbacks(self) -> None:
+        if self._pause not in callback_handler.start_callbacks:
+            callback_handler.register_start_callback(self._pause)
+        if self._resume not in callback_handler.end_callbacks:
+            callback_handler.register_end_callback(self._resume)
+
+    def __enter__(self) -> FootprintRecorder:
+        _active.append(self)
+        self.install_callbacks()
+        self._resume()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pause()
+        with contextlib.suppress(ValueError):
+            callback_handler.remove_start_callback(self._pause)
+        with contextlib.suppress(ValueError):
+            callback_handler.remove_end_callback(self._resume)
+        _active.remove(self)
+
+    def _functions(self) -> Iterator[tuple[str, str]]:
+        for code in self.codes:
+            yield code.co_filename, getattr(code, "co_qualname", code.co_name)
+        for entry in self._profile.getstats():
+            if isinstance(entry.code, types.CodeType):
+                yield entry.code.co_filename, getattr(entry.code, "co_qualname", entry.code.co_name)
+
+    def footprint(self) -> dict[str, list[str]]:
+        files: dict[str, set[str]] = {}
+        for filename, name in self._functions():
+            path = short_path(filename)
+            if path.split("/", 1)[0] in self.packages and path.endswith(".py"):
+                files.setdefault(path, set()).add(name)
+        return {path: sorted(names) for path, names in sorted(files.items())}
+
+
+@contextlib.contextmanager
+def recording(packages: Sequence[str]) -> Iterator[FootprintRecorder]:
+    with FootprintRecorder(packages) as recorder:
+        yield recorder

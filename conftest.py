@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from importlib.metadata import entry_points
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import torch
 import bench_models
 from tests.cases import CPU_BACKENDS, Case, all_case_ids, cases_for, operation_of
 
+WITH_CASES = pytest.StashKey[frozenset]()
 # Options and fixtures of the step benchmarks (tests/test_gpu_benchmarks.py).
 pytest_plugins = ["tests.plugins.step_benchmarks"]
 # Installed, the gate is a pytest11 entry point; a bare copy of the tree (the GPU machine's) has no install.
@@ -23,6 +25,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("compile gate: zoo")
     group.addoption("--full-matrix", action="store_true", help="every method on every architecture")
     group.addoption("--cpu-backend", default="eager", help=f"backend of the CPU tier, one of {', '.join(CPU_BACKENDS)}")
+    group.addoption(
+        "--with-cases",
+        metavar="FILE",
+        help="the default selection plus these full-matrix cases (one id per line; scripts/gate --select change)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -32,6 +39,25 @@ def pytest_configure(config: pytest.Config) -> None:
     backend = config.getoption("--cpu-backend")
     if backend not in CPU_BACKENDS:
         raise pytest.UsageError(f"--cpu-backend: {backend!r} is not one of {', '.join(CPU_BACKENDS)}")
+    config.stash[WITH_CASES] = _with_cases(config.getoption("--with-cases"))
+
+
+def _with_cases(path: str | None) -> frozenset[str]:
+    """The ids of --with-cases FILE; an id no run could produce is a usage error naming its line."""
+    if not path:
+        return frozenset()
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as error:
+        raise pytest.UsageError(f"--with-cases: cannot read {path}: {error}") from None
+    known, ids = all_case_ids(), set()
+    for number, line in enumerate(lines, 1):
+        case_id = line.split("#", 1)[0].strip()
+        if case_id and case_id not in known:
+            raise pytest.UsageError(f"--with-cases: {path}:{number}: {case_id!r} is no case of this suite")
+        if case_id:
+            ids.add(case_id)
+    return frozenset(ids)
 
 
 def pytest_compile_gate_case_ids(config: pytest.Config) -> set[str]:
@@ -51,6 +77,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         marker.args[0],
         full_matrix=config.getoption("--full-matrix"),
         cpu_backend=config.getoption("--cpu-backend"),
+        with_cases=config.stash[WITH_CASES],
     )
     params = [pytest.param(c, id=c.id, marks=_marks(c)) for c in cases]
     metafunc.parametrize("case", params)

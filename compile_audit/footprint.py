@@ -8,13 +8,15 @@ Two sources, since a function Dynamo traces is never executed by the interpreter
 - Dynamo's tracing context lists the code objects a compiled frame traced, the functions it inlined included. The
   audit's counting backend hands them over (:func:`note_traced_code`) each time it receives a graph.
 
-It cannot see Python code run in another process (the ranks of a distributed case) or in a thread the case started.
+Module and class bodies are left out: they run once per process, in whichever case first imports them. It cannot
+see Python code run in another process (the ranks of a distributed case) or in a thread the case started.
 """
 
 from __future__ import annotations
 
 import contextlib
 import cProfile
+import inspect
 import types
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -86,11 +88,11 @@ class FootprintRecorder:
         _active.remove(self)
 
     def _functions(self) -> Iterator[tuple[str, str]]:
-        for code in self.codes:
-            yield code.co_filename, getattr(code, "co_qualname", code.co_name)
-        for entry in self._profile.getstats():
-            if isinstance(entry.code, types.CodeType):
-                yield entry.code.co_filename, getattr(entry.code, "co_qualname", entry.code.co_name)
+        codes = [*self.codes, *(entry.code for entry in self._profile.getstats())]
+        for code in codes:
+            # Module and class bodies run once per process, in whichever case imports them first: no footprint.
+            if isinstance(code, types.CodeType) and code.co_flags & inspect.CO_NEWLOCALS:
+                yield code.co_filename, getattr(code, "co_qualname", code.co_name)
 
     def footprint(self) -> dict[str, list[str]]:
         files: dict[str, set[str]] = {}

@@ -8,6 +8,7 @@ A zoo provides a ``case`` fixture (an object with ``id``, ``tier``, ``backend`` 
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from pathlib import Path
@@ -49,6 +50,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         " (a first run on new hardware: the budgets it would record, beside the verdicts)",
     )
     group.addoption("--compile-report", metavar="PATH", help="write every case's audit as JSON to PATH")
+    group.addoption(
+        "--footprints-only",
+        action="store_true",
+        help="run every case with Dynamo disabled, only to record its footprint into the report; judges nothing"
+        " (python -m compile_audit.change_selection record)",
+    )
     parser.addini("compile_budgets", "budgets file, relative to the rootdir", default=DEFAULT_BUDGETS)
     parser.addini(
         "compile_footprint_packages",
@@ -92,6 +99,11 @@ def _check_rootdir(config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _check_rootdir(config)
+    if config.getoption("--footprints-only"):
+        if config.getoption("--update-budgets") or config.getoption("--record-budgets"):
+            raise pytest.UsageError("--footprints-only judges nothing: it cannot record budgets")
+        os.environ["TORCH_COMPILE_DISABLE"] = "1"  # the ranks of distributed cases too
+        torch._dynamo.config.disable = True
     updating = config.getoption("--update-budgets")
     path = _budgets_path(config)
     if not path.exists() and not updating:
@@ -115,6 +127,16 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = session
     if not _is_worker(config):  # under xdist the controller collects, judges nothing, and finishes
         config.pluginmanager.register(SessionHooks(session), "compile_gate_session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--footprints-only runs cases alone: a self-test under a disabled Dynamo would fail for nothing."""
+    if not config.getoption("--footprints-only"):
+        return
+    others = [item for item in items if not _is_case(item)]
+    if others:
+        config.hook.pytest_deselected(items=others)
+        items[:] = [item for item in items if _is_case(item)]
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -159,6 +181,8 @@ def pytest_runtest_call(item: pytest.Item):
     audit = item.stash.get(AUDIT, None)
     before = global_state.snapshot() if _is_case(item) else None
     raised = None
+    if _is_case(item) and item.config.getoption("--footprints-only"):
+        return (yield from _footprint_only(item))
     try:
         result = yield
     except KnownFailureConfirmed:
@@ -178,6 +202,19 @@ def pytest_runtest_call(item: pytest.Item):
     elif leaked:
         pytest.fail(_leak_message(item.funcargs["case"].id, leaked, "in the test body"), pytrace=False)
     return result
+
+
+def _footprint_only(item: pytest.Item):
+    """--footprints-only: the body ran eagerly to record what it runs; whatever it raised, nothing is judged."""
+    try:
+        yield
+    except Exception as exc:
+        detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    else:
+        detail = "ran to the end"
+    finally:
+        _stop_footprint(item)
+    pytest.skip(f"--footprints-only: footprint recorded, nothing judged (the eager run {detail})")
 
 
 def _stop_footprint(item: pytest.Item) -> None:

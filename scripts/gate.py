@@ -34,6 +34,7 @@ from pathlib import Path
 EXIT_OK, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
 REPO = Path(__file__).resolve().parent.parent
 ARCHIVES = (".whl", ".tar.gz", ".zip")
+SELECTIONS = ("change", "default", "full")
 PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
 # What the failed head cases are rerun with, for their logs: every break and every failed guard.
 RERUN_TORCH_LOGS = "graph_breaks,recompiles_verbose"
@@ -65,6 +66,8 @@ class Options:
     work_dir: Path | None
     rerun_failed: bool
     chart: bool
+    select: str
+    footprints: Path
     pytest_args: tuple[str, ...]
 
 
@@ -91,6 +94,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--rerun-failed", action="store_true", help=f"rerun head's failed cases with TORCH_LOGS={RERUN_TORCH_LOGS}"
     )
     parser.add_argument("--chart", action="store_true", help="mermaid charts in diff.md (python -m compile_audit.diff)")
+    parser.add_argument(
+        "--select",
+        choices=SELECTIONS,
+        default="change",
+        help="change (default): the default run plus every full-matrix case whose footprint runs a PEFT file that"
+        " differs between base and head; default: the default run; full: the full matrix. Both sides run the same",
+    )
+    parser.add_argument(
+        "--footprints",
+        type=Path,
+        default=REPO / "tests" / "footprints.json",
+        metavar="PATH",
+        help="the footprints file --select change reads (default: tests/footprints.json)",
+    )
     return parser
 
 
@@ -109,6 +126,8 @@ def parse_args(argv: Sequence[str]) -> Options:
         work_dir=args.work_dir.expanduser().resolve() if args.work_dir else None,
         rerun_failed=args.rerun_failed,
         chart=args.chart,
+        select=args.select,
+        footprints=args.footprints.expanduser().resolve(),
         pytest_args=tuple(pytest_args),
     )
 
@@ -180,6 +199,10 @@ def check_pytest_args(pytest_args: Sequence[str]) -> None:
         if arg.split("=")[0] in ("--compile-report", "--update-budgets"):
             raise GateError(
                 f"pytest args: {arg.split('=')[0]} is not allowed (the gate sets the reports, never budgets)"
+            )
+        if arg.split("=")[0] in ("--full-matrix", "--with-cases"):
+            raise GateError(
+                f"pytest args: {arg.split('=')[0]} is not allowed (choose with --select change|default|full)"
             )
 
 
@@ -403,10 +426,11 @@ def _pytest_summary(log: Path) -> str:
     return last.strip("= ") or "no pytest summary line"
 
 
-def run_suite(shell: Shell, side: Side, snapshot: Path, opts: Options) -> int:
+def run_suite(shell: Shell, side: Side, snapshot: Path, opts: Options, selection: Sequence[str] = ()) -> int:
     """The selection on this side, writing its report; returns pytest's exit status (0 or 1)."""
-    say(f"{side.name}: pytest {subprocess.list2cmdline(opts.pytest_args)} (log: {shown(side.log)})")
-    cmd = [*_pytest(side), "--compile-report", side.report, *opts.pytest_args]
+    args = [*selection, *opts.pytest_args]
+    say(f"{side.name}: pytest {subprocess.list2cmdline(args)} (log: {shown(side.log)})")
+    cmd = [*_pytest(side), "--compile-report", side.report, *args]
     status = shell.run(cmd, log=side.log, env=side.env(snapshot), cwd=snapshot)
     summary = _pytest_summary(side.log)
     if status not in (0, 1):
@@ -416,11 +440,11 @@ def run_suite(shell: Shell, side: Side, snapshot: Path, opts: Options) -> int:
     return status
 
 
-def rerun_failed(shell: Shell, side: Side, snapshot: Path, opts: Options) -> None:
+def rerun_failed(shell: Shell, side: Side, snapshot: Path, opts: Options, selection: Sequence[str] = ()) -> None:
     """Head's failed cases once more with Dynamo's logs and a trace; their outcome changes no verdict."""
     log = side.out / f"{side.name}-failed-cases.log"
     env = {**side.env(snapshot), "TORCH_LOGS": RERUN_TORCH_LOGS, "TORCH_TRACE": str(side.out / "torch-trace")}
-    cmd = [*_pytest(side), "--last-failed", "--last-failed-no-failures", "none", *opts.pytest_args]
+    cmd = [*_pytest(side), "--last-failed", "--last-failed-no-failures", "none", *selection, *opts.pytest_args]
     say(f"{side.name}: rerunning the failed cases with TORCH_LOGS={RERUN_TORCH_LOGS} (log: {shown(log)})")
     status = shell.run(cmd, log=log, env=env, cwd=snapshot)
     if status not in (0, 1, 5):
@@ -482,7 +506,8 @@ def _clear_outputs(out: Path) -> None:
     for side in ("base", "head"):
         for suffix in (".json", ".log", "-install.log", "-environment.txt", "-failed-cases.log", "-matrix.md"):
             (out / f"{side}{suffix}").unlink(missing_ok=True)
-    (out / "diff.md").unlink(missing_ok=True)
+    for name in ("diff.md", "selection.md", "selected-cases.txt"):
+        (out / name).unlink(missing_ok=True)
     shutil.rmtree(out / "torch-trace", ignore_errors=True)
 
 
@@ -507,6 +532,61 @@ def write_matrix(shell: Shell, head: Side, snapshot: Path) -> None:
     status, _, stderr = shell.capture(cmd, env=head.env(snapshot), cwd=snapshot)
     if status != 0:
         say(f"note: no compatibility matrix: {(stderr.strip().splitlines() or ['no message'])[-1]}")
+
+
+def _package_dir(shell: Shell, side: Side, snapshot: Path) -> Path:
+    code = "import os, peft; print(os.path.dirname(peft.__file__))"
+    status, stdout, stderr = shell.capture([side.python, "-c", code], env=side.env(snapshot))
+    if status != 0 or not stdout.strip():
+        detail = (stderr.strip().splitlines() or ["no output"])[-1]
+        raise GateError(f"{side.name}: cannot locate the installed peft package: {detail}")
+    return Path(stdout.strip())
+
+
+def choose_selection(shell: Shell, base: Side, head: Side, snapshot: Path, opts: Options) -> list[str]:
+    """The pytest arguments of the selection both sides run, with what it chose and why in OUT/selection.md."""
+    if opts.select == "default":
+        lines, args = ["--select default: the default run"], []
+    elif opts.select == "full":
+        lines, args = ["--select full: the full matrix"], ["--full-matrix"]
+    else:
+        lines, args = _selection_by_change(shell, base, head, snapshot, opts)
+    for line in lines:
+        say(f"selection: {line}")
+    (opts.out / "selection.md").write_text("".join(f"- {line}\n" for line in lines), encoding="utf-8")
+    return args
+
+
+def _selection_by_change(
+    shell: Shell, base: Side, head: Side, snapshot: Path, opts: Options
+) -> tuple[list[str], list[str]]:
+    if not opts.footprints.is_file():
+        raise GateError(f"--select change: no footprints file {opts.footprints} (or choose --select default|full)")
+    cmd = [
+        head.python,
+        "-m",
+        "compile_audit.change_selection",
+        "select",
+        _package_dir(shell, base, snapshot),
+        _package_dir(shell, head, snapshot),
+        "--footprints",
+        opts.footprints,
+    ]
+    status, stdout, stderr = shell.capture(cmd, env=head.env(snapshot), cwd=snapshot)
+    if status != 0:
+        detail = (stderr.strip().splitlines() or ["no message"])[-1]
+        raise GateError(f"--select change: {detail}")
+    chosen = json.loads(stdout)
+    changed = chosen["changed"]
+    if not changed:
+        return ["no PEFT file differs between base and head: the default run"], []
+    lines = [f"{len(changed)} PEFT file(s) differ between base and head:", *(f"  {r}" for r in chosen["reasons"])]
+    if chosen["everything"]:
+        return [*lines, "so the full matrix runs"], ["--full-matrix"]
+    cases = opts.out / "selected-cases.txt"
+    cases.write_text("".join(f"{case}\n" for case in chosen["cases"]), encoding="utf-8")
+    summary = f"so the default run plus {len(chosen['cases'])} full-matrix case(s) run ({shown(cases)})"
+    return [*lines, summary], [f"--with-cases={cases}"]
 
 
 def _same_torch(spec: str, installed: str) -> str:
@@ -536,9 +616,10 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     install(shell, head, opts, snapshot, _same_torch(opts.torch, torch_version))
     for side in (base, head):
         check_cuda(shell, side, snapshot, opts)
-    run_suite(shell, base, snapshot, opts)
-    if run_suite(shell, head, snapshot, opts) == 1 and opts.rerun_failed:
-        rerun_failed(shell, head, snapshot, opts)
+    selection = choose_selection(shell, base, head, snapshot, opts)
+    run_suite(shell, base, snapshot, opts, selection)
+    if run_suite(shell, head, snapshot, opts, selection) == 1 and opts.rerun_failed:
+        rerun_failed(shell, head, snapshot, opts, selection)
     for side in (base, head):
         say(f"{side.name}: {check_report(side)} case(s) audited")
     write_matrix(shell, head, snapshot)

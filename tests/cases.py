@@ -185,7 +185,24 @@ def _cpu_methods(model: str, scenario: str, full_matrix: bool) -> list[str]:
     return [m for m in METHODS if m in OTHER_ARCHITECTURE_METHODS.get(model, ()) or METHODS[m].architecture_specific]
 
 
-def cases_for(scenario: str, *, full_matrix: bool = False, cpu_backend: str = "eager") -> list[Case]:
+def cases_for(
+    scenario: str, *, full_matrix: bool = False, cpu_backend: str = "eager", with_cases: frozenset[str] = frozenset()
+) -> list[Case]:
+    """The scenario's cases: the default selection, or the full matrix; ``with_cases``: the default selection plus
+    the full-matrix cases of these ids (a selection by change, compile_audit.change_selection)."""
+    cases = _cases_for(scenario, full_matrix=full_matrix, cpu_backend=cpu_backend)
+    if full_matrix or not with_cases:
+        return cases
+    chosen = {case.id for case in cases}
+    extra = [
+        case
+        for case in _cases_for(scenario, full_matrix=True, cpu_backend=cpu_backend)
+        if case.id in with_cases and case.id not in chosen
+    ]
+    return cases + extra
+
+
+def _cases_for(scenario: str, *, full_matrix: bool, cpu_backend: str) -> list[Case]:
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; known scenarios: {', '.join(SCENARIOS)}")
     if cpu_backend not in CPU_BACKENDS:

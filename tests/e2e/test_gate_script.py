@@ -38,6 +38,8 @@ class FakeShell:
         self.pytest_status = {"base": 0, "head": 0}
         self.diff_status, self.diff_stderr = diff_status, diff_stderr
         self.cuda, self.torch = cuda, torch
+        # What `python -m compile_audit.change_selection select` answers (--select change): by default no change.
+        self.selection = {"changed": [], "everything": False, "cases": [], "reasons": []}
 
     @staticmethod
     def side(cmd: list[str]) -> str:
@@ -67,6 +69,10 @@ class FakeShell:
         self.commands.append((cmd, env))
         if cmd[1] == "-c" and "cuda" in cmd[2]:
             return 0, f"{self.cuda}\n", ""
+        if cmd[1] == "-c" and "peft.__file__" in cmd[2]:
+            return 0, f"/{self.side(cmd)}/site-packages/peft\n", ""
+        if "compile_audit.change_selection" in cmd:
+            return 0, json.dumps(self.selection), ""
         if cmd[1] == "-c":
             return 0, (self.torch if "'torch'" in cmd[2] else "0.21.2") + "\n", ""
         if "compile_audit.diff" in cmd:
@@ -87,7 +93,9 @@ def run_gate(tmp_path, capsys):
 
     def run(shell: FakeShell, *extra: str, base: str = "peft==0.21.2", head: str = "peft==0.21.2"):
         argv = ["--base", base, "--head", head, "--out", str(tmp_path / "out"), "--torch", "torch==2.13.0"]
-        argv += ["--work-dir", str(tmp_path / "work"), *extra]
+        footprints = tmp_path / "footprints.json"
+        footprints.write_text('{"format": 1, "files": [], "cases": {}}', encoding="utf-8")
+        argv += ["--work-dir", str(tmp_path / "work"), "--footprints", str(footprints), *extra]
         status = gate.main(argv, shell=shell)
         captured = capsys.readouterr()
         return status, captured.out, captured.err.splitlines()
@@ -373,3 +381,52 @@ def test_the_snapshot_leaves_out_venvs_version_control_caches_and_the_output(tmp
     copy = gate.snapshot_checkout(tmp_path / "copy", skip=[repo / "reports" / "gate"])
     found = sorted(str(p.relative_to(copy)) for p in copy.rglob("*"))
     assert found == ["pyproject.toml", "reports", "scripts", "scripts/gate.py", "tests", "tests/out", *kept[2:]]
+
+
+# ----------------------------------------------------------------------------- selection by change
+
+
+def test_a_change_runs_the_default_run_plus_its_cases_on_both_sides(run_gate, tmp_path):
+    shell = FakeShell()
+    shell.selection = {
+        "changed": ["peft/tuners/ia3/layer.py"],
+        "everything": False,
+        "cases": ["llama-tiny/ia3/merge-unmerge", "opt-tiny/ia3/save-load"],
+        "reasons": ["peft/tuners/ia3/layer.py: run by 2 case(s)"],
+    }
+    status, out, _ = run_gate(shell)
+    assert status == 0
+    listed = tmp_path / "out" / "selected-cases.txt"
+    assert listed.read_text().split() == ["llama-tiny/ia3/merge-unmerge", "opt-tiny/ia3/save-load"]
+    for side in ("base", "head"):
+        [cmd] = [c for c in shell.pytest_runs() if FakeShell.side(c) == side]
+        assert f"--with-cases={listed}" in cmd and "--full-matrix" not in cmd
+    assert "peft/tuners/ia3/layer.py: run by 2 case(s)" in out
+    assert "plus 2 full-matrix case(s)" in (tmp_path / "out" / "selection.md").read_text()
+
+
+def test_a_change_that_selects_everything_runs_the_full_matrix(run_gate):
+    shell = FakeShell()
+    shell.selection = {
+        "changed": ["peft/new.py"],
+        "everything": True,
+        "cases": [],
+        "reasons": ["peft/new.py: in no case's footprint"],
+    }
+    status, out, _ = run_gate(shell)
+    assert status == 0
+    assert all("--full-matrix" in cmd for cmd in shell.pytest_runs())
+    assert "so the full matrix runs" in out
+
+
+def test_no_change_runs_the_default_run_and_says_so(run_gate):
+    shell = FakeShell()
+    status, out, _ = run_gate(shell)
+    assert status == 0
+    assert not [c for c in shell.pytest_runs() if "--full-matrix" in c or any("--with-cases" in a for a in c)]
+    assert "no PEFT file differs" in out
+
+
+def test_the_selection_is_chosen_by_the_gate_not_by_pytest_args(run_gate):
+    status, _, err = run_gate(FakeShell(), "--", "--full-matrix")
+    assert status == 2 and "--select change|default|full" in err[-1]

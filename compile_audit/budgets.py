@@ -38,10 +38,15 @@ _FIELDS = (
     "unexpected_recompiles",
     "note",
     "known_failure",
+    "known_raises",
+    "known_recompile_limit",
+    "known_check",
     "break_signatures",
     "recompile_signatures",
     "ddp_splits",
 )
+KNOWN_FAILURE_KINDS = ("known_raises", "known_recompile_limit", "known_check")
+KNOWN_FAILURE_FIELDS = ("known_failure", *KNOWN_FAILURE_KINDS)
 _TOML_ERROR_LINE = re.compile(r"at line (\d+)")
 
 
@@ -55,9 +60,13 @@ class Budget:
     recompiles: int | None = None  # None: only expected recompiles, any number of them
     unexpected_recompiles: int = 0
     note: str = ""
-    # A case PEFT cannot pass today (e.g. it recompiles forever): the test is an expected failure
-    # with this reason, and fails as soon as the case passes, so the entry gets removed.
+    # A case PEFT cannot pass today (e.g. it recompiles forever): the reason, written by a person. It holds only
+    # the problem one of the known_* fields names (compile_audit.verdict); every other problem still fails the case,
+    # and the case fails once the named problem is gone, so that the entry gets removed.
     known_failure: str = ""
+    known_raises: str = ""  # the type of the exception the case raises (its name, as type(exc).__name__)
+    known_recompile_limit: str = ""  # the function whose frame hits Dynamo's recompile limit (code name)
+    known_check: str = ""  # the name of the failed check: "steady state", or a scenario's check name
     break_signatures: tuple[str, ...] = ()  # break signatures allowed (GraphBreak.signature)
     recompile_signatures: tuple[str, ...] = ()  # unexpected-recompile signatures allowed (Recompile.signature)
     ddp_splits: int = 0  # graph splits DDPOptimizer makes at DDP bucket boundaries (compile_audit.ddp_splits)
@@ -153,11 +162,19 @@ def _parse_entry(path: Path, case_id: str, raw: Any, line: int | None) -> Budget
     unknown = sorted(set(raw) - set(_FIELDS))
     if unknown:
         raise BudgetFileError(f"{where}: unknown key(s) {unknown}; allowed keys are {list(_FIELDS)}")
-    note = raw.get("note", "")
-    known_failure = raw.get("known_failure", "")
-    for name, value in (("note", note), ("known_failure", known_failure)):
+    texts = {name: raw.get(name, "") for name in ("note", *KNOWN_FAILURE_FIELDS)}
+    for name, value in texts.items():
         if not isinstance(value, str):
             raise BudgetFileError(f"{where}: {name} must be a string, got {value!r}")
+    texts = {name: value.strip() for name, value in texts.items()}
+    named = [name for name in KNOWN_FAILURE_KINDS if texts[name]]
+    if texts["known_failure"] and len(named) != 1:
+        raise BudgetFileError(
+            f"{where}: known_failure needs exactly one of {', '.join(KNOWN_FAILURE_KINDS)} (what it holds),"
+            f" got {named or 'none'}"
+        )
+    if named and not texts["known_failure"]:
+        raise BudgetFileError(f"{where}: {named[0]} without known_failure (the reason, in a person's words)")
     budget = Budget(
         graph_breaks=_check_count(path, line, case_id, "graph_breaks", raw.get("graph_breaks", 0)),
         recompiles=(
@@ -168,8 +185,7 @@ def _parse_entry(path: Path, case_id: str, raw: Any, line: int | None) -> Budget
         unexpected_recompiles=_check_count(
             path, line, case_id, "unexpected_recompiles", raw.get("unexpected_recompiles", 0)
         ),
-        note=note.strip(),
-        known_failure=known_failure.strip(),
+        **texts,
         break_signatures=_check_signatures(where, "break_signatures", raw.get("break_signatures", [])),
         recompile_signatures=_check_signatures(where, "recompile_signatures", raw.get("recompile_signatures", [])),
         ddp_splits=_check_count(path, line, case_id, "ddp_splits", raw.get("ddp_splits", 0)),
@@ -275,8 +291,9 @@ class BudgetFile:
                 out.append(f"ddp_splits = {budget.ddp_splits}")
             if budget.note:
                 out.append(f"note = {json.dumps(budget.note, ensure_ascii=False)}")
-            if budget.known_failure:
-                out.append(f"known_failure = {json.dumps(budget.known_failure, ensure_ascii=False)}")
+            for name in KNOWN_FAILURE_FIELDS:
+                if getattr(budget, name):
+                    out.append(f"{name} = {json.dumps(getattr(budget, name), ensure_ascii=False)}")
             for name in ("break_signatures", "recompile_signatures"):
                 values = getattr(budget, name)
                 if values:
@@ -307,7 +324,7 @@ class BudgetFile:
             recompiles=observed.recompiles,
             unexpected_recompiles=observed.unexpected_recompiles,
             note=note,
-            known_failure=previous.known_failure if previous else "",
+            **{name: getattr(previous, name) if previous else "" for name in KNOWN_FAILURE_FIELDS},
             break_signatures=tuple(sorted(observed.break_signatures)),
             recompile_signatures=tuple(sorted(observed.recompile_signatures)),
             ddp_splits=observed.ddp_splits,

@@ -15,7 +15,7 @@ from compile_audit.budgets import Budget
 from compile_audit.graph_breaks import GraphBreakReport, find_graph_breaks
 from compile_audit.recompiles import PhaseAudit, PhaseRecord
 from compile_audit.result import AuditResult
-from compile_audit.verdict import Verdict, judge
+from compile_audit.verdict import DEFAULT_CHECK, Verdict, judge, limit_frame
 
 _BACKEND_NAMES = itertools.count()
 
@@ -27,8 +27,8 @@ def reset_dynamo() -> None:
 
 
 class KnownFailureConfirmed(Exception):
-    """Raised at the end of a phase in which Dynamo hit its recompile limit, when the case's budget records a
-    known failure: the verdict (an expected failure) cannot change any more, so the scenario stops there."""
+    """Raised at the end of a phase in which Dynamo hit its recompile limit on the frame the case's known failure
+    names: the run stops where it always does, so that its counts and signatures compare with the budget."""
 
 
 class CaseAudit:
@@ -41,7 +41,7 @@ class CaseAudit:
         self.budget = budget
         self.backend = backend
         self.result = AuditResult()
-        self.checks: list[str] = []  # the scenario's failed checks, each one line or section
+        self.checks: list[tuple[str, str]] = []  # the scenario's failed checks: (check name, one line or section)
         self._phases: PhaseAudit | None = None
 
     def graph_breaks(self, fn: Callable[..., Any], *args: Any, call: str, **kwargs: Any) -> GraphBreakReport:
@@ -81,17 +81,19 @@ class CaseAudit:
             raise RuntimeError("phase() before compile()")
         with self._phases.phase(name, kind, expect) as record:
             yield record
-        if record.limit_hits and self.budget.known_failure:
+        frames = {limit_frame(hit.frame) for hit in record.limit_hits}
+        if frames and frames == {self.budget.known_recompile_limit}:
             raise KnownFailureConfirmed(f"{self.case_id}: recompile limit hit in {name}")
 
     def steady_state_after(self, phase_name: str) -> None:
         """From the next phase on, the case must compile nothing."""
         self.result.steady_state_from = phase_name
 
-    def expect(self, problem: str | None) -> None:
-        """Record a failed check (``None`` or ``""``: the check passed)."""
+    def expect(self, problem: str | None, check: str = DEFAULT_CHECK) -> None:
+        """Record a failed check (``None`` or ``""``: the check passed). ``check`` names it, for a known failure
+        that holds that check and nothing else (``known_check`` in the budgets file)."""
         if problem:
-            self.checks.append(problem)
+            self.checks.append((check, problem))
 
     def verdict(self, *, where: str = "budgets file", strict_ratchet: bool = True, updating: bool = False) -> Verdict:
         return judge(

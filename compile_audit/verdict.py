@@ -14,6 +14,12 @@ Problems, in the order a failure message lists them:
 
 With ``updating`` (``--update-budgets``) the budget's own problems (over, new signature, tighten)
 are not failures: the budget is being rewritten from this run.
+
+A known failure holds only the problem its entry names (``known_recompile_limit``: the limit hit on that frame;
+``known_check``: that failed check); every other problem still fails the case, a new break or recompile signature
+included. At the limit the run stops at the end of the phase that hit it (``compile_audit.case``), so its counts and
+signatures up to there are comparable with the budget that such a run recorded. A crash is held by ``known_raises``
+in the plugin, which never gets to judge.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import dataclasses
 import enum
 from collections.abc import Sequence
 
-from compile_audit.budgets import Budget, Observed, compare
+from compile_audit.budgets import KNOWN_FAILURE_KINDS, Budget, Observed, compare
 from compile_audit.result import AuditResult
 
 MAX_LISTED = 15  # recompiles listed in a failure message; the JSON report has all
@@ -40,10 +46,32 @@ class Kind(enum.Enum):
 BUDGET_KINDS = frozenset({Kind.OVER_BUDGET, Kind.NEW_SIGNATURE, Kind.TIGHTEN})
 
 
+STEADY_STATE_CHECK = "steady state"  # the known_check that holds a STEADY_STATE problem
+DEFAULT_CHECK = "scenario check"  # the name of a scenario's check given without one
+
+
 @dataclasses.dataclass(frozen=True)
 class Problem:
     kind: Kind
     text: str  # one section of the failure message
+    # What a known failure names to hold it: the frames at the recompile limit ("wrapped_func at
+    # transformers/utils/deprecation.py"), or the failed check's name.
+    names: tuple[str, ...] = ()
+
+
+def limit_frame(frame: str) -> str:
+    """A frame at the limit as a known failure names it: without its line, which moves with every edit."""
+    return frame.rsplit(":", 1)[0] if frame.rsplit(":", 1)[-1].isdigit() else frame
+
+
+def holds(budget: Budget, problem: Problem) -> bool:
+    """Whether the budget's known failure holds this problem (and only then may it be an expected failure)."""
+    named = {
+        Kind.RECOMPILE_LIMIT: budget.known_recompile_limit,
+        Kind.CHECK: budget.known_check,
+        Kind.STEADY_STATE: budget.known_check,
+    }.get(problem.kind, "")
+    return bool(budget.known_failure and named and problem.names) and all(name == named for name in problem.names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,11 +80,13 @@ class Verdict:
     message: str  # the failure (or known-failure) text; "" when passed
     problems: tuple[Problem, ...]
     warnings: tuple[str, ...] = ()
+    held: tuple[Problem, ...] = ()  # the problems the case's known failure holds
 
     @property
     def feeds_budget(self) -> bool:
-        """Whether ``--update-budgets`` may record this run: not when Dynamo gave up (its counts collapsed)."""
-        return not any(p.kind is Kind.RECOMPILE_LIMIT for p in self.problems)
+        """Whether ``--update-budgets`` may record this run: not when Dynamo gave up (its counts collapsed), unless
+        the known failure names that limit (the run then stops where it always does, and its counts compare)."""
+        return not any(p.kind is Kind.RECOMPILE_LIMIT and p not in self.held for p in self.problems)
 
 
 def observed(result: AuditResult) -> Observed:
@@ -134,7 +164,7 @@ def _steady_state(result: AuditResult) -> Problem | None:
     for phase in steady:
         lines.append(f"  [{phase.name}] {phase.frames_compiled} frame(s) compiled")
         lines += [f"    {r.describe()}" for r in phase.recompiles]
-    return Problem(Kind.STEADY_STATE, "\n".join(lines))
+    return Problem(Kind.STEADY_STATE, "\n".join(lines), (STEADY_STATE_CHECK,))
 
 
 def _recompile_limit(result: AuditResult) -> Problem | None:
@@ -146,7 +176,42 @@ def _recompile_limit(result: AuditResult) -> Problem | None:
         " the counts of this run are not comparable with the budget (no budget can allow this):"
     ]
     lines += [f"  {hit.describe()}" for hit in hits]
-    return Problem(Kind.RECOMPILE_LIMIT, "\n".join(lines))
+    return Problem(Kind.RECOMPILE_LIMIT, "\n".join(lines), tuple(sorted({limit_frame(hit.frame) for hit in hits})))
+
+
+def _check(check: str | tuple[str, str]) -> Problem:
+    name, text = (DEFAULT_CHECK, check) if isinstance(check, str) else check
+    return Problem(Kind.CHECK, text, (name,))
+
+
+def _known_failure_named(budget: Budget) -> str:
+    named = [f"{field} = {getattr(budget, field)!r}" for field in KNOWN_FAILURE_KINDS if getattr(budget, field)]
+    return named[0] if named else "no known_* field: it holds nothing"
+
+
+def _judge_known_failure(
+    case_id: str, result: AuditResult, budget: Budget, problems: list[Problem], where: str, warnings: tuple[str, ...]
+) -> Verdict:
+    held = [p for p in problems if holds(budget, p)]
+    others = [p for p in problems if p not in held]
+    named = _known_failure_named(budget)
+    if held and not others:
+        first = held[0].text.splitlines()[0]
+        return Verdict(
+            "xfailed", f"known failure ({budget.known_failure}); today: {first}", tuple(problems), held=tuple(held)
+        )
+    if not others:
+        message = (
+            f"{case_id} passes now, but {where} records it as a known failure ({named}: {budget.known_failure}):"
+            " remove the known failure from the entry"
+        )
+        return Verdict("failed", message, (Problem(Kind.CHECK, message),), warnings)
+    if held:
+        status = f"the known failure ({named}) still holds, and it holds nothing else; these problems are new:"
+    else:
+        status = f"the known failure it records ({named}) did not occur; these problems did:"
+    message = "\n".join([headline(case_id, result, budget), status, *(f"- {p.text}" for p in others)])
+    return Verdict("failed", message, tuple(problems), warnings, held=tuple(held))
 
 
 def headline(case_id: str, result: AuditResult, budget: Budget) -> str:
@@ -165,12 +230,13 @@ def judge(
     result: AuditResult,
     budget: Budget,
     *,
-    checks: Sequence[str] = (),
+    checks: Sequence[str | tuple[str, str]] = (),
     where: str = "budgets file",
     strict_ratchet: bool = True,
     updating: bool = False,
 ) -> Verdict:
-    """The case's verdict. ``checks``: the scenario's own failed checks; ``where``: the budget entry's
+    """The case's verdict. ``checks``: the scenario's own failed checks, each a text or (check name, text);
+    ``where``: the budget entry's
     ``file:line`` (or why the default applies); ``strict_ratchet``: the installed versions equal those the
     budgets file records."""
     counts = compare(observed(result), budget)
@@ -180,7 +246,7 @@ def judge(
         _over_budget(result, budget, counts.over, where) if counts.over else None,
         _new_signatures(result, budget, where),
         _steady_state(result),
-        *(Problem(Kind.CHECK, text) for text in checks),
+        *(_check(check) for check in checks),
         None if limit else _tighten(result, budget, counts.under, where),
     ]
     problems = [p for p in candidates if p is not None and not (updating and p.kind in BUDGET_KINDS)]
@@ -189,14 +255,7 @@ def judge(
         warnings = [p.text for p in problems if p.kind is Kind.TIGHTEN]
         problems = [p for p in problems if p.kind is not Kind.TIGHTEN]
     if budget.known_failure:
-        if problems:
-            first = problems[0].text.splitlines()[0]
-            return Verdict("xfailed", f"known failure ({budget.known_failure}); today: {first}", tuple(problems))
-        message = (
-            f"{case_id} passes now, but {where} records it as a known failure ({budget.known_failure}):"
-            " remove known_failure from the entry"
-        )
-        return Verdict("failed", message, (Problem(Kind.CHECK, message),), tuple(warnings))
+        return _judge_known_failure(case_id, result, budget, problems, where, tuple(warnings))
     if not problems:
         return Verdict("passed", "", (), tuple(warnings))
     message = "\n".join([headline(case_id, result, budget), *(f"- {p.text}" for p in problems)])

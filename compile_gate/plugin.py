@@ -32,6 +32,8 @@ SESSION = pytest.StashKey[GateSession]()
 AUDIT = pytest.StashKey[CaseAudit]()
 STATE_BEFORE_SETUP = pytest.StashKey[dict]()
 FOOTPRINT = pytest.StashKey[FootprintRecorder]()
+PROBLEMS = pytest.StashKey[list]()  # the verdict's problems, structured, for the report
+RAISED = pytest.StashKey[str]()  # the type of the exception the test body raised
 DEFAULT_BUDGETS = "tests/compile_budgets.toml"
 
 
@@ -188,6 +190,7 @@ def pytest_runtest_call(item: pytest.Item):
     except KnownFailureConfirmed:
         result = None
     except Exception as exc:
+        item.stash[RAISED] = type(exc).__name__
         if not _known_crash(audit, exc) or _runxfail(item.config):
             raise
         raised, result = exc, None
@@ -229,7 +232,7 @@ def _runxfail(config: pytest.Config) -> bool:
 
 
 def _known_crash(audit: CaseAudit | None, exc: Exception) -> bool:
-    return audit is not None and bool(audit.budget.known_failure) and type(exc).__name__ in audit.budget.known_failure
+    return audit is not None and bool(audit.budget.known_raises) and type(exc).__name__ == audit.budget.known_raises
 
 
 @pytest.hookimpl(wrapper=True)
@@ -264,6 +267,9 @@ def _judge(item: pytest.Item, audit: CaseAudit, leaked: list[str]) -> None:
         strict_ratchet=session.strict_ratchet(case.tier),
         updating=session.updating,
     )
+    item.stash[PROBLEMS] = [
+        {"kind": p.kind.value, "names": list(p.names), "held": p in verdict.held} for p in verdict.problems
+    ]
     for warning in verdict.warnings:
         item.warn(pytest.PytestWarning(f"{audit.case_id}: {warning}"))
     if (session.updating or session.record_path) and audit.result.audited and verdict.feeds_budget:
@@ -304,6 +310,8 @@ def case_audit(request: pytest.FixtureRequest, case: Any):
         "wall_seconds": round(time.perf_counter() - started, 2),
         **_with_budget(audit),
         "footprint": _footprint(request.node),
+        "problems": request.node.stash.get(PROBLEMS, []),
+        "raised": request.node.stash.get(RAISED, None),
         "benchmarks": {},
     }
     request.node.user_properties.append((RECORD, record))

@@ -6,8 +6,10 @@ first check it failed (outputs differ from eager, a saved adapter is missing key
     python scripts/record_known_failures.py out/lifecycle.json            # what it would mark
     python scripts/record_known_failures.py out/lifecycle.json --write    # mark them
 
-Run it after recording a new part of the matrix, never to silence a regression: a known failure xfails while the
-case fails and fails the run once the case passes. Cases over budget are not marked (record their budget with
+Run it after recording a new part of the matrix, never to silence a regression: a known failure holds only what its
+known_* field names (from the report's fields: the frame at the limit, the type raised, the check's name), xfails
+while that happens and fails the run once it no longer does. Rewrite each reason in your own words before
+committing. Cases over budget are not marked (record their budget with
 --update-budgets). An existing known_failure is kept. Exit status: 0, or 2 on bad input.
 """
 
@@ -24,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from compile_audit.budgets import Budget, BudgetFile, BudgetFileError
 from compile_audit.files import exclusive
 from compile_audit.report import read_cases
+from compile_audit.verdict import limit_frame
 
 ROOT = Path(__file__).resolve().parent.parent
 OBJECT_ID = re.compile(r"\b\d{9,}\b")  # an id() in a guard: another value every run
@@ -74,6 +77,28 @@ def reason_for(case: dict) -> str | None:
     return limit_reason(case) or error_reason(case) or check_reason(case)
 
 
+BUDGET_KINDS = ("over budget", "new signature", "tighten")
+
+
+def held_by(case: dict) -> tuple[str, str] | None:
+    """The known_* field that would hold the case's failure, from the report's fields (never its message): the one
+    frame at the recompile limit, the type it raised, or the one check it failed; None when a budget problem is
+    among its problems (that gets a budget) or its failures are of more than one kind."""
+    hits = (case.get("recompiles") or {}).get("limit_hits") or []
+    frames = {limit_frame(str(hit.get("frame", ""))) for hit in hits}
+    if len(frames) == 1:
+        return "known_recompile_limit", frames.pop()
+    if frames:
+        return None
+    if case.get("raised"):
+        return "known_raises", str(case["raised"])
+    problems = case.get("problems") or []
+    if not problems or any(p.get("kind") in BUDGET_KINDS for p in problems):
+        return None
+    names = {name for p in problems for name in p.get("names") or ()}
+    return ("known_check", names.pop()) if len(names) == 1 else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("reports", nargs="+", help="compile reports (--compile-report)")
@@ -89,24 +114,24 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         if case.get("status") not in ("failed", "error"):
             continue
-        reason = reason_for(case)
-        if reason:
-            marks[case["id"]] = reason
+        reason, held = reason_for(case), held_by(case)
+        if reason and held:
+            marks[case["id"]] = (reason, held)
         else:
             unmarked.append(case["id"])
     try:
         with exclusive(Path(args.budgets)):
             budgets = BudgetFile.load(Path(args.budgets), missing_ok=True)
             added = []
-            for case_id, reason in sorted(marks.items()):
+            for case_id, (reason, (field, value)) in sorted(marks.items()):
                 previous = budgets.entries.get(case_id)
                 if previous is not None and previous.known_failure:
                     continue
                 budgets.entries[case_id] = dataclasses.replace(
-                    previous or Budget(), known_failure=reason, recorded=True
+                    previous or Budget(), known_failure=reason, recorded=True, **{field: value}
                 )
                 added.append(case_id)
-                print(f"{case_id}: {reason}")
+                print(f"{case_id}: {field} = {value!r}: {reason}")
             if args.write and added:
                 budgets.write()
     except BudgetFileError as exc:

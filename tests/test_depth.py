@@ -60,7 +60,8 @@ def test_depth(case, device, make_peft_model, case_audit):
         case_audit.expect(
             "compile work grows with depth (explain it in a hand-written note on the budget entry to allow it): "
             + "; ".join(grew)
-            + example
+            + example,
+            check="depth growth",
         )
     for hit in shallow.limit_hits:
         case_audit.expect(f"at 1 layer already: {hit.describe()}")

@@ -65,7 +65,9 @@ def test_inject_into_compiled_peft_model(case, device, make_peft_model, case_aud
         with case_audit.phase(name, "eval"):
             actual = _logits(compiled, batch)
         expected = _logits(eager, batch)
-        case_audit.expect(compare_tensors(f"[{name}] compiled vs eager logits", expected, actual, **tolerance))
+        case_audit.expect(
+            compare_tensors(f"[{name}] compiled vs eager logits", expected, actual, **tolerance), check="parity"
+        )
     case_audit.steady_state_after(f"{LOADED}-1")
     eager.set_adapter("default")
     default_out = _logits(eager, batch)
@@ -97,7 +99,8 @@ def test_get_peft_model_on_compiled_base(case, device, make_peft_model, case_aud
         with case_audit.phase(name, "eval"):
             actual = _logits(model, batch)
         case_audit.expect(
-            compare_tensors(f"[{name}] compiled-base PEFT model vs eager logits", expected, actual, **tolerance)
+            compare_tensors(f"[{name}] compiled-base PEFT model vs eager logits", expected, actual, **tolerance),
+            check="parity",
         )
     case_audit.steady_state_after("adapter-1")
 
@@ -105,10 +108,11 @@ def test_get_peft_model_on_compiled_base(case, device, make_peft_model, case_aud
     what = "adapter saved from get_peft_model(compiled base)"
     state = peft.get_peft_model_state_dict(eager)
     for problem in saved_adapter_problems(what, load_file(tmp_path / "saved" / ADAPTER_FILE), state):
-        case_audit.expect(problem)
+        case_audit.expect(problem, check="saved adapter")
     reloaded = reload(case, device, tmp_path / "saved")
     case_audit.expect(
         compare_tensors(
             f"{what}, reloaded into a fresh base, vs eager", expected, _logits(reloaded, batch), **tolerance
-        )
+        ),
+        check="saved adapter",
     )

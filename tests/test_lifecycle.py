@@ -91,7 +91,9 @@ def test_multi_adapter(case, device, make_peft_model, case_audit):
                 with case_audit.phase(name, kind):
                     actual = eval_step(compiled, eval_batch)
                 logits[name] = expected = eval_step(eager, eval_batch)
-                case_audit.expect(compare_tensors(f"[{name}] compiled vs eager logits", expected, actual, **tolerance))
+                case_audit.expect(
+                    compare_tensors(f"[{name}] compiled vs eager logits", expected, actual, **tolerance), check="parity"
+                )
             else:
                 optimizer, eager_optimizer = optimizers[adapter]
                 torch.manual_seed(10 * round_ + step)
@@ -99,7 +101,7 @@ def test_multi_adapter(case, device, make_peft_model, case_audit):
                     loss = train_step(compiled, optimizer, train_batch)
                 torch.manual_seed(10 * round_ + step)
                 eager_loss = train_step(eager, eager_optimizer, train_batch)
-                case_audit.expect(_in_phase(name, compare_losses([eager_loss], [loss], **tolerance)))
+                case_audit.expect(_in_phase(name, compare_losses([eager_loss], [loss], **tolerance)), check="parity")
     case_audit.steady_state_after("train-default-1")
     case_audit.expect(
         _differs("eval logits under 'default' and 'other'", logits["eval-default-1"], logits["eval-other-1"])
@@ -134,11 +136,15 @@ def test_disable_adapter(case, device, make_peft_model, case_audit):
         name = f"adapter-{round_}"
         with case_audit.phase(name, "eval"):
             actual = _logits(compiled, batch)
-        case_audit.expect(compare_tensors(f"[{name}] compiled vs eager logits", adapter_logits, actual, **tolerance))
+        case_audit.expect(
+            compare_tensors(f"[{name}] compiled vs eager logits", adapter_logits, actual, **tolerance), check="parity"
+        )
         name = f"disabled-{round_}"
         with case_audit.phase(name, "eval"), model.disable_adapter():
             actual = _logits(compiled, batch)
-        case_audit.expect(compare_tensors(f"[{name}] compiled vs base-model logits", base_logits, actual, **tolerance))
+        case_audit.expect(
+            compare_tensors(f"[{name}] compiled vs base-model logits", base_logits, actual, **tolerance), check="parity"
+        )
     case_audit.steady_state_after("disabled-1")
 
 
@@ -157,19 +163,24 @@ def test_merge_unmerge(case, device, make_peft_model, case_audit):
     compiled = case_audit.compile(model, dynamic=True)
     with case_audit.phase("unmerged-1", "eval"):
         actual = _logits(compiled, batch)
-    case_audit.expect(compare_tensors("[unmerged-1] compiled vs eager logits", expected, actual, **tolerance))
+    case_audit.expect(
+        compare_tensors("[unmerged-1] compiled vs eager logits", expected, actual, **tolerance), check="parity"
+    )
     for round_ in (1, 2):
         model.merge_adapter()
         name = f"merged-{round_}"
         with case_audit.phase(name, "eval"):
             actual = _logits(compiled, batch)
-        case_audit.expect(compare_tensors(f"[{name}] merged vs unmerged logits", expected, actual, **merge_tolerance))
+        case_audit.expect(
+            compare_tensors(f"[{name}] merged vs unmerged logits", expected, actual, **merge_tolerance), check="parity"
+        )
         model.unmerge_adapter()
         name = f"unmerged-{round_ + 1}"
         with case_audit.phase(name, "eval"):
             actual = _logits(compiled, batch)
         case_audit.expect(
-            compare_tensors(f"[{name}] after unmerge vs before merge logits", expected, actual, **merge_tolerance)
+            compare_tensors(f"[{name}] after unmerge vs before merge logits", expected, actual, **merge_tolerance),
+            check="parity",
         )
     case_audit.steady_state_after("unmerged-2")
 
@@ -206,7 +217,8 @@ def test_mixed_batch(case, device, make_peft_model, case_audit):
             actual = _logits(compiled, batch, adapter_names=names)
         expected = torch.stack([per_adapter[adapter][row] for row, adapter in enumerate(names)])
         case_audit.expect(
-            compare_tensors(f"[{name}] mixed-batch rows vs per-adapter runs", expected, actual, **tolerance)
+            compare_tensors(f"[{name}] mixed-batch rows vs per-adapter runs", expected, actual, **tolerance),
+            check="parity",
         )
     case_audit.steady_state_after("mix-2")
 
@@ -264,7 +276,7 @@ def test_hotswap(case, device, make_peft_model, case_audit, tmp_path):
     outputs = _hotswap_run(model, compiled, case_audit, batch, paths, plan, device)
     for name, adapter in plan:
         what = f"[{name}] hot-swapped compiled vs {adapter} adapter's eager logits"
-        case_audit.expect(compare_tensors(what, expected[adapter], outputs[name], **tolerance))
+        case_audit.expect(compare_tensors(what, expected[adapter], outputs[name], **tolerance), check="parity")
     case_audit.steady_state_after("small-1")
 
 
@@ -292,7 +304,7 @@ def test_gradient_checkpointing(case, device, make_peft_model, case_audit):
         torch.manual_seed(step)
         eager_losses.append(train_step(eager, eager_optimizer, batch))
     case_audit.steady_state_after("train-2")
-    case_audit.expect(compare_losses(eager_losses, losses, **tolerance))
+    case_audit.expect(compare_losses(eager_losses, losses, **tolerance), check="parity")
 
 
 # ---------------------------------------------------------------------------------------------------- generate
@@ -319,7 +331,8 @@ def test_generate(case, device, make_peft_model, case_audit):
         if name == "A-2" and record.frames_compiled:
             case_audit.expect(f"[A-2] generating from prompt A again compiled {record.frames_compiled} frame(s)")
         case_audit.expect(
-            compare_tensors(f"[{name}] compiled vs eager tokens", expected[prompt], tokens, rtol=0, atol=0)
+            compare_tensors(f"[{name}] compiled vs eager tokens", expected[prompt], tokens, rtol=0, atol=0),
+            check="parity",
         )
 
 

@@ -79,7 +79,8 @@ def test_save_load(case, device, make_peft_model, case_audit, tmp_path):
                 expected,
                 _logits(reloaded[source], batch),
                 **tolerance,
-            )
+            ),
+            check="parity",
         )
 
     if "compiled" not in reloaded:
@@ -90,6 +91,7 @@ def test_save_load(case, device, make_peft_model, case_audit, tmp_path):
         with case_audit.phase(name, "eval"):
             actual = _logits(recompiled, batch)
         case_audit.expect(
-            compare_tensors(f"[{name}] compiled reloaded vs the compiled model", expected, actual, **tolerance)
+            compare_tensors(f"[{name}] compiled reloaded vs the compiled model", expected, actual, **tolerance),
+            check="parity",
         )
     case_audit.steady_state_after("reloaded-1")

@@ -68,21 +68,23 @@ def test_train_eval_train(case, device, make_peft_model, case_audit):
                 train_step(eager, eager_optimizer, batch, on_gradients=_keep_gradients(eager, eager_grads))
             )
             what = f"[{name}] compiled vs eager gradients"
-            case_audit.expect(compare_gradients(what, eager_grads, compiled_grads, **tolerance))
+            case_audit.expect(compare_gradients(what, eager_grads, compiled_grads, **tolerance), check="parity")
         else:
             with case_audit.phase(name, kind):
                 first, second = eval_step(compiled, batch), eval_step(compiled, batch)
             case_audit.expect(
-                compare_tensors(f"[{name}] two compiled eval calls (dropout on in eval?)", first, second, **tolerance)
+                compare_tensors(f"[{name}] two compiled eval calls (dropout on in eval?)", first, second, **tolerance),
+                check="parity",
             )
             case_audit.expect(
                 compare_tensors(
                     f"[{name}] compiled eval vs eager eval logits", eval_step(eager, batch), first, **tolerance
-                )
+                ),
+                check="parity",
             )
     case_audit.steady_state_after(FIRST_CYCLE_ENDS)
 
-    case_audit.expect(compare_losses(eager_losses, compiled_losses, **tolerance))
+    case_audit.expect(compare_losses(eager_losses, compiled_losses, **tolerance), check="parity")
     changed, unchanged, frozen_changed = parameter_changes(before, model)
     eager_changed, _, eager_frozen_changed = parameter_changes(eager_before, eager)
     # A frozen weight the eager twin changed identically is the library's own in-place conversion, not compile's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -114,17 +115,49 @@ def test_stale_entries_are_listed(tmp_path):
 
 
 def test_known_failure_is_expected_while_failing_and_fails_once_it_passes():
-    known = Budget(known_failure="recompiles on every call", line=3, recorded=True)
-    breaking = CaseAudit("toy/branch/forward", known)
-    breaking.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
-    verdict = breaking.verdict()
-    assert verdict.status == "xfailed" and "known failure (recompiles on every call)" in verdict.message
+    known = Budget(known_failure="logits drift from eager", known_check="parity", line=3, recorded=True)
+    drifting = CaseAudit("toy/clean/forward", known)
+    drifting.graph_breaks(toys.Clean(), torch.randn(2, 4), call="forward")
+    drifting.expect("compiled vs eager logits differ", check="parity")
+    verdict = drifting.verdict()
+    assert verdict.status == "xfailed" and "known failure (logits drift from eager)" in verdict.message
     fixed = CaseAudit("toy/clean/forward", known)
     fixed.graph_breaks(toys.Clean(), torch.randn(2, 4), call="forward")
     verdict = fixed.verdict(where="tests/compile_budgets.toml:3")
     assert verdict.status == "failed"
     assert "passes now, but tests/compile_budgets.toml:3 records it as a known failure" in verdict.message
     assert CaseAudit("toy/clean/forward", Budget()).verdict().status == "passed"
+
+
+def test_a_known_failure_does_not_hold_a_new_break_or_another_check():
+    known = Budget(known_failure="logits drift from eager", known_check="parity", line=3, recorded=True)
+    breaking = CaseAudit("toy/branch/forward", known)
+    breaking.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
+    breaking.expect("compiled vs eager logits differ", check="parity")
+    verdict = breaking.verdict()
+    assert verdict.status == "failed" and [p.kind for p in verdict.held] == [Kind.CHECK]
+    assert "the known failure (known_check = 'parity') still holds, and it holds nothing else" in verdict.message
+    assert "graph breaks: 1 > budget 0" in verdict.message and "tests/selftest/toys.py" in verdict.message
+    other = CaseAudit("toy/clean/forward", known)
+    other.graph_breaks(toys.Clean(), torch.randn(2, 4), call="forward")
+    other.expect("the adapter has no effect")
+    verdict = other.verdict()
+    assert verdict.status == "failed" and "did not occur" in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ('known_failure = "why"\n', "known_failure needs exactly one of known_raises"),
+        ('known_failure = "why"\nknown_raises = "A"\nknown_check = "b"\n', "got ['known_raises', 'known_check']"),
+        ('known_raises = "KeyError"\n', "known_raises without known_failure"),
+    ],
+)
+def test_a_known_failure_must_name_what_it_holds(tmp_path, entry, problem):
+    path = tmp_path / "budgets.toml"
+    path.write_text(f'[cases."a/b/c"]\n{entry}')
+    with pytest.raises(BudgetFileError, match=re.escape(problem)):
+        BudgetFile.load(path)
 
 
 def test_update_mode_fails_only_on_what_a_budget_cannot_hold():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -9,7 +11,7 @@ from compile_audit.budgets import Budget
 from compile_audit.case import CaseAudit, KnownFailureConfirmed
 from compile_audit.depth import growth_with_depth
 from compile_audit.guards import parse_guard_failure
-from compile_audit.verdict import Kind
+from compile_audit.verdict import Kind, observed
 from tests.selftest import toys
 
 pytestmark = pytest.mark.selftest
@@ -105,14 +107,39 @@ def test_recompile_limit_hit_fails_whatever_the_budget_and_never_asks_to_tighten
     assert [p.kind for p in verdict.problems] == [Kind.RECOMPILE_LIMIT]
     assert "Dynamo hit its recompile limit on 1 frame(s)" in verdict.message
     assert "[train-2] forward at tests/selftest/toys.py" in verdict.message
-    known = CaseAudit("toy/counter/limit", Budget(known_failure="recompiles until the limit", recorded=True))
+    held = _recorded_at_the_limit(audit.result)
+    known = CaseAudit("toy/counter/limit", held)
     known.result = audit.result
-    assert known.verdict().status == "xfailed"
+    assert known.verdict().status == "xfailed" and known.verdict().feeds_budget
+    elsewhere = dataclasses.replace(held, known_recompile_limit="forward at tests/selftest/other.py")
+    # A limit hit on another frame than the one named is not held.
+    other = CaseAudit("toy/counter/limit", elsewhere)
+    other.result = audit.result
+    assert other.verdict().status == "failed" and not other.verdict().feeds_budget
+
+
+def _recorded_at_the_limit(result) -> Budget:
+    """The budget --update-budgets records from a run that stopped at the limit its known failure names."""
+    seen = observed(result)
+    return Budget(
+        graph_breaks=seen.graph_breaks,
+        recompiles=seen.recompiles,
+        unexpected_recompiles=seen.unexpected_recompiles,
+        note="counted up to the limit",
+        known_failure="recompiles on every call",
+        known_recompile_limit="forward at tests/selftest/toys.py",
+        break_signatures=seen.break_signatures,
+        recompile_signatures=seen.recompile_signatures,
+        recorded=True,
+    )
 
 
 def test_known_failure_stops_at_the_phase_that_hits_the_limit():
     """Once a known failure hits the limit again its verdict is settled: the scenario stops, saving the rest."""
-    audit = CaseAudit("toy/counter/limit", Budget(known_failure="recompiles until the limit", recorded=True))
+    first = CaseAudit("toy/counter/limit", Budget())
+    with torch._dynamo.config.patch(recompile_limit=2):
+        _run(first, toys.CountsCalls(), [(f"train-{i}", "train", 2) for i in range(3)], dynamic=True)
+    audit = CaseAudit("toy/counter/limit", _recorded_at_the_limit(first.result))
     with torch._dynamo.config.patch(recompile_limit=2), pytest.raises(KnownFailureConfirmed, match="train-2"):
         _run(audit, toys.CountsCalls(), [(f"train-{i}", "train", 2) for i in range(5)], dynamic=True)
     assert [p.name for p in audit.result.phases] == ["train-0", "train-1", "train-2"]

@@ -32,20 +32,22 @@ CHECK = """opt-tiny/lora/inject-compiled-base: graph breaks 0/0, recompiles 1
 def _report(tmp_path):
     limit = fake.case("opt-tiny/frod/save-load", "failed", message="recompile limit hit")
     limit["recompiles"]["limit_hits"] = [LIMIT_HIT]
-    cases = [
-        limit,
-        fake.case("llama-tiny-bnb4/lora-dora/save-load", "failed", message=RAISED, audited=False),
-        fake.case("llama-tiny/loha/save-load", "failed", message=OVER_BUDGET),  # a budget, not a known failure
-        fake.case("opt-tiny/lora/inject-compiled-base", "failed", message=CHECK),
-        fake.case("llama-tiny/lora/save-load"),
-        fake.case("llama-tiny/ia3/save-load", "failed", message="E   ValueError: new"),  # already known
-    ]
+    raised = fake.case("llama-tiny-bnb4/lora-dora/save-load", "failed", message=RAISED, audited=False)
+    raised["raised"] = "RuntimeError"
+    over = fake.case("llama-tiny/loha/save-load", "failed", message=OVER_BUDGET)  # a budget, not a known failure
+    over["problems"] = [{"kind": "over budget", "names": []}, {"kind": "check", "names": ["saved adapter"]}]
+    check = fake.case("opt-tiny/lora/inject-compiled-base", "failed", message=CHECK)
+    check["problems"] = [{"kind": "check", "names": ["saved adapter"]}, {"kind": "check", "names": ["saved adapter"]}]
+    known = fake.case("llama-tiny/ia3/save-load", "failed", message="E   ValueError: new")  # already known
+    known["raised"] = "ValueError"
+    cases = [limit, raised, over, check, fake.case("llama-tiny/lora/save-load"), known]
     return fake.write(tmp_path / "report.json", fake.report(cases))
 
 
 def _budgets(tmp_path):
     path = tmp_path / "budgets.toml"
-    path.write_text('[cases."llama-tiny/ia3/save-load"]\ngraph_breaks = 1\nnote = "kept"\nknown_failure = "older"\n')
+    entry = 'graph_breaks = 1\nnote = "kept"\nknown_failure = "older"\nknown_raises = "ValueError"\n'
+    path.write_text(f'[cases."llama-tiny/ia3/save-load"]\n{entry}')
     return path
 
 
@@ -53,6 +55,11 @@ def test_limit_hits_and_errors_are_marked_with_their_reasons_and_nothing_else(tm
     budgets = _budgets(tmp_path)
     assert record_known_failures.main([str(_report(tmp_path)), "--budgets", str(budgets), "--write"]) == 0
     entries = BudgetFile.load(budgets).entries
+    assert (
+        entries["opt-tiny/frod/save-load"].known_recompile_limit == "wrapped_func at transformers/utils/deprecation.py"
+    )
+    assert entries["llama-tiny-bnb4/lora-dora/save-load"].known_raises == "RuntimeError"
+    assert entries["opt-tiny/lora/inject-compiled-base"].known_check == "saved adapter"
     limit = entries["opt-tiny/frod/save-load"].known_failure
     assert limit.startswith("Dynamo hits its recompile_limit (8) on wrapped_func at transformers/utils/deprecation")
     assert "in eval-1" in limit and "___check_type_id(args[0], <id>)" in limit and "10/7" not in limit

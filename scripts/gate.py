@@ -68,6 +68,7 @@ class Options:
     chart: bool
     select: str
     footprints: Path
+    shard: tuple[int, int] | None  # (K, N): this run is shard K of N of the selection (pytest-split)
     pytest_args: tuple[str, ...]
 
 
@@ -108,7 +109,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="the footprints file --select change reads (default: tests/footprints.json)",
     )
+    parser.add_argument(
+        "--shard",
+        metavar="K/N",
+        help="run shard K of N of the selection on both sides (pytest-split, balanced by tests/durations.json);"
+        " merge the shards' base.json and head.json with python -m compile_audit.merge, then diff",
+    )
     return parser
+
+
+def check_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if not match or not 1 <= int(match[1]) <= int(match[2]):
+        raise GateError(f"--shard: {text!r} is not K/N with 1 <= K <= N (e.g. 2/4)")
+    return int(match[1]), int(match[2])
 
 
 def parse_args(argv: Sequence[str]) -> Options:
@@ -128,6 +144,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         chart=args.chart,
         select=args.select,
         footprints=args.footprints.expanduser().resolve(),
+        shard=check_shard(args.shard),
         pytest_args=tuple(pytest_args),
     )
 
@@ -200,10 +217,8 @@ def check_pytest_args(pytest_args: Sequence[str]) -> None:
             raise GateError(
                 f"pytest args: {arg.split('=')[0]} is not allowed (the gate sets the reports, never budgets)"
             )
-        if arg.split("=")[0] in ("--full-matrix", "--with-cases"):
-            raise GateError(
-                f"pytest args: {arg.split('=')[0]} is not allowed (choose with --select change|default|full)"
-            )
+        if arg.split("=")[0] in ("--full-matrix", "--with-cases", "--splits", "--group"):
+            raise GateError(f"pytest args: {arg.split('=')[0]} is not allowed (the gate chooses: --select, --shard)")
 
 
 def marker_expression(pytest_args: Sequence[str]) -> str | None:
@@ -451,8 +466,9 @@ def rerun_failed(shell: Shell, side: Side, snapshot: Path, opts: Options, select
         say(f"{side.name}: note: the rerun of failed cases exited {status} (see {shown(log)})")
 
 
-def check_report(side: Side) -> int:
-    """Fail unless the side's report is readable and audited at least one case; returns how many it audited."""
+def check_report(side: Side, shard: bool = False) -> int:
+    """Fail unless the side's report is readable and audited at least one case (a shard may hold none: the merged
+    report is checked); returns how many it audited."""
     try:
         data = json.loads(side.report.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -463,7 +479,7 @@ def check_report(side: Side) -> int:
     if not isinstance(cases, list):
         raise GateError(f"{side.name}: {shown(side.report)} is not a compile report (no 'cases' list)")
     audited = [c for c in cases if isinstance(c, dict) and c.get("audited") is True and c.get("status") != "xfailed"]
-    if not audited:
+    if not audited and not shard:
         raise GateError(f"{side.name}: nothing audited: {_unaudited(cases)} (see {shown(side.log)})")
     return len(audited)
 
@@ -551,6 +567,11 @@ def choose_selection(shell: Shell, base: Side, head: Side, snapshot: Path, opts:
         lines, args = ["--select full: the full matrix"], ["--full-matrix"]
     else:
         lines, args = _selection_by_change(shell, base, head, snapshot, opts)
+    if opts.shard is not None:
+        group, splits = opts.shard
+        durations = snapshot / "tests" / "durations.json"
+        args += ["--splits", str(splits), "--group", str(group), "--durations-path", str(durations)]
+        lines.append(f"shard {group} of {splits} of that selection (pytest-split, by tests/durations.json)")
     for line in lines:
         say(f"selection: {line}")
     (opts.out / "selection.md").write_text("".join(f"- {line}\n" for line in lines), encoding="utf-8")
@@ -621,7 +642,7 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     if run_suite(shell, head, snapshot, opts, selection) == 1 and opts.rerun_failed:
         rerun_failed(shell, head, snapshot, opts, selection)
     for side in (base, head):
-        say(f"{side.name}: {check_report(side)} case(s) audited")
+        say(f"{side.name}: {check_report(side, shard=opts.shard is not None)} case(s) audited")
     write_matrix(shell, head, snapshot)
     status = run_diff(shell, base, head, snapshot, opts)
     verdict = "head regressed" if status == EXIT_REGRESSION else "no regression"

@@ -429,4 +429,23 @@ def test_no_change_runs_the_default_run_and_says_so(run_gate):
 
 def test_the_selection_is_chosen_by_the_gate_not_by_pytest_args(run_gate):
     status, _, err = run_gate(FakeShell(), "--", "--full-matrix")
-    assert status == 2 and "--select change|default|full" in err[-1]
+    assert status == 2 and "the gate chooses: --select, --shard" in err[-1]
+
+
+def test_a_shard_runs_its_part_of_the_selection_on_both_sides(run_gate, tmp_path):
+    shell = FakeShell()
+    shell.reports["head"] = report()  # a shard may audit nothing: the merged report is checked
+    status, _, _ = run_gate(shell, "--shard", "2/3")
+    assert status == 0
+    runs = shell.pytest_runs()
+    assert len(runs) == 2
+    for cmd in runs:
+        assert cmd[cmd.index("--splits") + 1] == "3" and cmd[cmd.index("--group") + 1] == "2"
+        assert cmd[cmd.index("--durations-path") + 1].endswith("tests/durations.json")
+    assert "shard 2 of 3" in (tmp_path / "out" / "selection.md").read_text()
+
+
+@pytest.mark.parametrize("shard", ["0/3", "4/3", "two"])
+def test_a_bad_shard_is_refused(run_gate, shard):
+    status, _, err = run_gate(FakeShell(), "--shard", shard)
+    assert status == 2 and "--shard: " in err[-1]

@@ -551,7 +551,8 @@ def write_matrix(shell: Shell, head: Side, snapshot: Path) -> None:
 
 
 def _package_dir(shell: Shell, side: Side, snapshot: Path) -> Path:
-    code = "import os, peft; print(os.path.dirname(peft.__file__))"
+    # find_spec locates the package without importing it (importing peft imports torch and transformers).
+    code = "import importlib.util; print(importlib.util.find_spec('peft').submodule_search_locations[0])"
     status, stdout, stderr = shell.capture([side.python, "-c", code], env=side.env(snapshot))
     if status != 0 or not stdout.strip():
         detail = (stderr.strip().splitlines() or ["no output"])[-1]

@@ -69,7 +69,7 @@ class FakeShell:
         self.commands.append((cmd, env))
         if cmd[1] == "-c" and "cuda" in cmd[2]:
             return 0, f"{self.cuda}\n", ""
-        if cmd[1] == "-c" and "peft.__file__" in cmd[2]:
+        if cmd[1] == "-c" and "find_spec('peft')" in cmd[2]:
             return 0, f"/{self.side(cmd)}/site-packages/peft\n", ""
         if "compile_audit.change_selection" in cmd:
             return 0, json.dumps(self.selection), ""

@@ -181,3 +181,13 @@ def test_compare_compile_cpu_form(tmp_path):
     )
     assert result.returncode == 0, explain(result)
     assert "compile" in table.read_text()
+
+
+def test_the_readme_budgets_example_is_an_entry_of_the_file():
+    """The README quotes a real entry: it fails once that entry changes, so the example cannot rot."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = [block.split("```", 1)[0] for block in readme.split("```toml\n")[1:]]
+    assert blocks, "README.md has no ```toml example"
+    budgets = BUDGETS.read_text(encoding="utf-8")
+    stale = [block.splitlines()[0] for block in blocks if block.strip() not in budgets]
+    assert not stale, f"README.md quotes budget entries the file no longer holds as written: {stale}"

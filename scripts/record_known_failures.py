@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from compile_audit.budgets import Budget, BudgetFile, BudgetFileError
 from compile_audit.files import exclusive
+from compile_audit.normalize import without_ids
 from compile_audit.report import read_cases
 from compile_audit.verdict import limit_frame
 
 ROOT = Path(__file__).resolve().parent.parent
-OBJECT_ID = re.compile(r"\b\d{9,}\b")  # an id() in a guard: another value every run
 COMPILE_ID = re.compile(r"^\d+/\d+: ")
 
 
@@ -38,7 +38,7 @@ def limit_reason(case: dict) -> str | None:
     if not hits:
         return None
     first = hits[0]
-    guard = OBJECT_ID.sub("<id>", COMPILE_ID.sub("", first["last_guard"]))
+    guard = without_ids(COMPILE_ID.sub("", first["last_guard"]))
     more = f" (and {len(hits) - 1} more frame(s))" if len(hits) > 1 else ""
     return (
         f"Dynamo hits its {first['limit']} on {first['frame']} in {first['phase']} and runs it eagerly from then "

@@ -152,6 +152,19 @@ def test_signature_of_a_known_failure_leaves_out_its_counts():
     assert signature_of(one) == signature_of(more)
 
 
+def test_bisect_compares_the_identities_the_budgets_record():
+    """One identity: a break whose function was renamed is a new budget signature, so it is a change to bisect."""
+    before = fake.case(CASE, "passed", breaks=[fake.brk("a.py:1", "Graph break: x")], audited=True)
+    after = copy.deepcopy(before)
+    before["graph_breaks"]["signatures"] = ["a.py in forward: Graph break"]
+    after["graph_breaks"]["signatures"] = ["a.py in forward_renamed: Graph break"]
+    assert signature_of(before) != signature_of(after)
+    after["graph_breaks"]["signatures"] = ["a.py in forward: Graph break"]
+    assert signature_of(before) == signature_of(after)
+    after["recompiles"]["signatures"] = ["forward at a.py: len(args)"]
+    assert signature_of(before) != signature_of(after)
+
+
 def test_untestable_when_missing_or_not_audited():
     assert untestable_reason(None) == "the case did not run (not in the report)"
     crashed = fake.case(CASE, "error", message="ImportError: cannot import name 'X'")

@@ -3,12 +3,12 @@
 The signature of an audited case is
   - its status (passed, failed, error, xfailed);
   - its counts: graph breaks, recompiles, unexpected recompiles;
-  - its break signatures: the set of (file, reason kind) over its graph breaks, where the reason kind is
-    Dynamo's reason up to its first ": " (``Unsupported method call``, ``Data-dependent branching``);
+  - its break signatures and its unexpected-recompile signatures: the identities the budgets record and the diff
+    compares (``GraphBreak.signature``, ``Recompile.signature``, written into the report), so that what fails the
+    gate is a change to bisect too, a renamed function included;
   - its guard kinds: the set of (expected or not, guard) over the failed guards of its recompiles, the
-    guard being its first sentence with ids, addresses, sizes and indices taken out. The frame that
-    recompiled is not part of it: a refactor that renames a function (transformers 5.23 renamed the
-    layer call's frame) is no change in compile behaviour.
+    guard being its first sentence with ids, addresses, sizes and indices taken out.
+A report written before signatures existed is compared on (file, reason kind) of its breaks instead.
 A known failure (xfailed) is compared on its status and break signatures only: its counts and guards
 vary from run to run (the diff ignores them too). A candidate is bad when its signature differs in any
 of these from the good one's, in either direction: a release that removed breaks is a change too.
@@ -39,8 +39,9 @@ class Signature:
     graph_breaks: int | None
     recompiles: int | None
     unexpected_recompiles: int | None
-    breaks: frozenset[tuple[str, str]]
+    breaks: frozenset
     guards: frozenset[tuple[bool, str]]
+    recompile_signatures: frozenset[str] = frozenset()
 
     def summary(self) -> str:
         if self.graph_breaks is None:
@@ -131,11 +132,18 @@ def _guard_groups(case: dict[str, Any]) -> dict[tuple[bool, str], collections.Co
     return groups
 
 
+def _identities(case: dict[str, Any], name: str) -> frozenset[str] | None:
+    values = _section(case, name).get("signatures")
+    return frozenset(str(v) for v in values) if isinstance(values, list) else None
+
+
 def signature_of(case: dict[str, Any]) -> Signature:
     """The signature of an audited case (see the module docstring)."""
-    breaks = frozenset(_break_kind(key) for key in break_occurrences(case))
+    identities = _identities(case, "graph_breaks")
+    breaks = identities if identities is not None else frozenset(_break_kind(k) for k in break_occurrences(case))
+    recompile_signatures = _identities(case, "recompiles") or frozenset()
     if case.get("status") == "xfailed":
-        return Signature("xfailed", None, None, None, breaks, frozenset())
+        return Signature("xfailed", None, None, None, breaks, frozenset(), recompile_signatures)
     recompiles = _section(case, "recompiles")
     return Signature(
         status=str(case.get("status")),
@@ -144,6 +152,7 @@ def signature_of(case: dict[str, Any]) -> Signature:
         unexpected_recompiles=recompiles.get("unexpected", 0),
         breaks=breaks,
         guards=frozenset(_guard_groups(case)),
+        recompile_signatures=recompile_signatures,
     )
 
 

@@ -17,6 +17,7 @@ unusable report, nothing audited, the GPU tier without CUDA), with the reason on
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import importlib.metadata
 import itertools
@@ -69,6 +70,7 @@ class Options:
     select: str
     footprints: Path
     shard: tuple[int, int] | None  # (K, N): this run is shard K of N of the selection (pytest-split)
+    sides_in_parallel: bool
     pytest_args: tuple[str, ...]
 
 
@@ -115,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="run shard K of N of the selection on both sides (pytest-split, balanced by tests/durations.json);"
         " merge the shards' base.json and head.json with python -m compile_audit.merge, then diff",
     )
+    parser.add_argument(
+        "--sides-in-parallel",
+        action="store_true",
+        help="run base and head at the same time (each pytest runs one thread: on a 2-core machine, half the wall"
+        " time; with -n auto each side would take every core)",
+    )
     return parser
 
 
@@ -145,6 +153,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         select=args.select,
         footprints=args.footprints.expanduser().resolve(),
         shard=check_shard(args.shard),
+        sides_in_parallel=args.sides_in_parallel,
         pytest_args=tuple(pytest_args),
     )
 
@@ -639,8 +648,14 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     for side in (base, head):
         check_cuda(shell, side, snapshot, opts)
     selection = choose_selection(shell, base, head, snapshot, opts)
-    run_suite(shell, base, snapshot, opts, selection)
-    if run_suite(shell, head, snapshot, opts, selection) == 1 and opts.rerun_failed:
+    if opts.sides_in_parallel:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            runs = [pool.submit(run_suite, shell, side, snapshot, opts, selection) for side in (base, head)]
+            head_status = [run.result() for run in runs][1]
+    else:
+        run_suite(shell, base, snapshot, opts, selection)
+        head_status = run_suite(shell, head, snapshot, opts, selection)
+    if head_status == 1 and opts.rerun_failed:
         rerun_failed(shell, head, snapshot, opts, selection)
     for side in (base, head):
         say(f"{side.name}: {check_report(side, shard=opts.shard is not None)} case(s) audited")

@@ -449,3 +449,10 @@ def test_a_shard_runs_its_part_of_the_selection_on_both_sides(run_gate, tmp_path
 def test_a_bad_shard_is_refused(run_gate, shard):
     status, _, err = run_gate(FakeShell(), "--shard", shard)
     assert status == 2 and "--shard: " in err[-1]
+
+
+def test_sides_in_parallel_runs_both_and_still_judges_head(run_gate):
+    shell = FakeShell(diff_status=1)
+    status, _, _ = run_gate(shell, "--sides-in-parallel")
+    assert status == 1
+    assert sorted(FakeShell.side(cmd) for cmd in shell.pytest_runs()) == ["base", "head"]

@@ -20,45 +20,84 @@ SCENARIOS: dict[str, str | None] = {
     "ddp": None,
     "fsdp2": None,
 }
-# Lifecycle scenarios run LoRA by default, on one causal LM and the classifier (PEFT's two task code
-# paths), so that the CPU tier stays under 10 minutes on 2 cores; --full-matrix runs them on every tiny
-# architecture for every method supporting the operation.
+EVERY = "<every method>"
+ARCHITECTURE_SPECIFIC = "<every method with architecture-specific code>"
+TINY_MODELS = tuple(key for key, spec in MODELS.items() if spec.cpu_matrix and not spec.quantization)
+QUANTIZED_MODELS = tuple(key for key, spec in MODELS.items() if spec.cpu_matrix and spec.quantization)
 LIFECYCLE_DEFAULT_METHODS = ("lora",)
-LIFECYCLE_DEFAULT_MODELS = ("llama-tiny", "bert-tiny")
-# The depth scenario runs LoRA (clean at 1 and 4 layers) on llama-tiny by default; every method and model with
-# --full-matrix, to keep the default run at 10 minutes: DoRA (a known failure at the recompile limit, see
-# FULL_MATRIX_ONLY), IA3 and prompt tuning (they compiled the same at 1 and 4 layers), LoHa
-# (grows with depth, a known failure).
-DEPTH_DEFAULT_METHODS = ("lora",)
-# The trainer scenario by default: LoRA and DoRA on llama-tiny, LoRA on bert-tiny (the classifier's task path).
-# llama-tiny/lora-dora/trainer is the default run's DoRA case: it stays under the recompile limit, so its budgeted
-# breaks and their signatures hold, and a new DoRA break fails it. The Trainer adds no method-specific code: IA3,
-# prompt tuning and DoRA on bert-tiny (0 breaks but DoRA's) run with --full-matrix, to keep the
-# default run at 10 minutes.
-TRAINER_DEFAULT_METHODS = {"llama-tiny": ("lora", "lora-dora"), "bert-tiny": ("lora",)}
-# The distributed scenarios (2 ranks each) run these on llama-tiny by default; with --full-matrix CORE_METHODS on
-# llama-tiny and LoRA on the other tiny models; LoRA on the GPU tier. With --full-matrix only, to keep the default run
-# at 10 minutes: DoRA under both wrappers (known failures at the recompile limit, see FULL_MATRIX_ONLY;) and IA3
-# under FSDP2, which compiled exactly as LoRA does there (0 breaks, 26 recompiles of which 8 unexpected, all in
-# transformers' deprecation wrapper called from FSDP2's per-module frames).
+QUANTIZED_DEFAULT_METHODS = ("lora", "lora-dora")
 DISTRIBUTED_DEFAULT_METHODS = {"ddp": ("lora", "ia3"), "fsdp2": ("lora",)}
 DISTRIBUTED_SCENARIOS = tuple(DISTRIBUTED_DEFAULT_METHODS)
 
-# Beyond llama-tiny (every method), each other architecture runs LoRA plus every method with architecture-specific
-# code, and bert-tiny prompt tuning (PEFT's sequence-classification prompt path); the whole product is behind
-# --full-matrix. With --full-matrix only, to keep the default run at 10 minutes: IA3 (its layers are the same code on
-# every architecture, which linears it wraps is config) and prompt tuning on qwen2-tiny and opt-tiny (PEFT's causal-LM
-# prompt path, as on llama-tiny): they compiled clean there, 0 breaks and the expected recompile;
-# DoRA and LoHa (known failures at the recompile limit, as on llama-tiny). The GPU tier runs
-# CORE_METHODS (inductor compiles take seconds to minutes each).
-OTHER_ARCHITECTURE_METHODS = {"qwen2-tiny": ("lora",), "opt-tiny": ("lora",), "bert-tiny": ("lora", "prompt-tuning")}
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """The CPU tier's cases of one scenario: model -> methods, by default and with --full-matrix, and why in one
+    line. A method list may hold EVERY or ARCHITECTURE_SPECIFIC (the methods with architecture-specific code)."""
+
+    default: dict[str, tuple[str, ...]]
+    full: dict[str, tuple[str, ...]]
+    why: str
+
+
+_EVERY_TINY = dict.fromkeys(TINY_MODELS, (EVERY,))
+_LIFECYCLE = Selection(
+    {"llama-tiny": LIFECYCLE_DEFAULT_METHODS, "bert-tiny": LIFECYCLE_DEFAULT_METHODS},
+    _EVERY_TINY,
+    "LoRA on a causal LM and on the classifier (PEFT's two task paths); every method that supports it with"
+    " --full-matrix",
+)
+_ON_LLAMA = Selection(
+    {"llama-tiny": LIFECYCLE_DEFAULT_METHODS}, _EVERY_TINY, "LoRA on llama-tiny; every method with --full-matrix"
+)
+
+
+def _distributed(scenario: str) -> Selection:
+    return Selection(
+        {"llama-tiny": DISTRIBUTED_DEFAULT_METHODS[scenario]},
+        {"llama-tiny": CORE_METHODS, **dict.fromkeys([m for m in TINY_MODELS if m != "llama-tiny"], ("lora",))},
+        "two ranks each: the core methods on llama-tiny and LoRA on the other models with --full-matrix only",
+    )
+
+
+# Every scenario's selection (a scenario missing here fails collection, naming it). Cases also left out of the
+# default run are in FULL_MATRIX_ONLY (below).
+SELECTION: dict[str, Selection] = {
+    "train-eval-train": Selection(
+        {
+            "llama-tiny": (EVERY,),
+            "qwen2-tiny": ("lora", ARCHITECTURE_SPECIFIC),
+            "opt-tiny": ("lora", ARCHITECTURE_SPECIFIC),
+            "bert-tiny": ("lora", "prompt-tuning", ARCHITECTURE_SPECIFIC),
+            **dict.fromkeys(QUANTIZED_MODELS, QUANTIZED_DEFAULT_METHODS),
+        },
+        {**_EVERY_TINY, **dict.fromkeys(QUANTIZED_MODELS, (EVERY,))},
+        "every method on llama-tiny; elsewhere LoRA, the architecture-specific methods and bert-tiny's prompt path;"
+        " QLoRA's two setups on the quantized bases",
+    ),
+    **{operation: _LIFECYCLE for operation in OPERATIONS},
+    "dynamic-modes": _LIFECYCLE,
+    "depth": Selection(
+        {"llama-tiny": ("lora",)}, _EVERY_TINY, "LoRA at 1 and 4 layers; every method with --full-matrix"
+    ),
+    "trainer": Selection(
+        {"llama-tiny": ("lora", "lora-dora"), "bert-tiny": ("lora",)},
+        _EVERY_TINY,
+        "LoRA on both task paths and DoRA (under the recompile limit here, so its breaks stay judged)",
+    ),
+    "save-load": _ON_LLAMA,
+    "inject-compiled": _ON_LLAMA,
+    "inject-compiled-base": _ON_LLAMA,
+    **{scenario: _distributed(scenario) for scenario in DISTRIBUTED_SCENARIOS},
+}
+
 # Cases run with --full-matrix only, to keep the default run at 10 minutes; known failures hold only what they name
 # (compile_audit.verdict), so a known failure that is cheap stays in the default run, FRoD, Poly, ShiRA and WaveFT
 # (at the recompile limit) among them. (model, scenario) -> methods: DoRA in train-eval-train, here and on
 # bitsandbytes NF4, at the recompile limit (its breaks are guarded by llama-tiny/lora-dora/trainer, under the limit);
 # Cartridge, which recompiles on every call; LoRA with gradient checkpointing and dropout (peft#3020; bert-tiny's
 # case stays) and inject-compiled-base (`_orig_mod.` keys). DoRA at depth and under DDP and FSDP2 are left out of
-# DEPTH_DEFAULT_METHODS and DISTRIBUTED_DEFAULT_METHODS.
+# SELECTION's defaults.
 FULL_MATRIX_ONLY: dict[tuple[str, str], tuple[str, ...]] = {
     ("llama-tiny", "train-eval-train"): ("lora-dora", "cartridge"),
     ("llama-tiny-bnb4", "train-eval-train"): ("lora-dora",),
@@ -73,11 +112,7 @@ FULL_MATRIX_ONLY: dict[tuple[str, str], tuple[str, ...]] = {
 # Quantized bases (bench_models/quantized.py) run train-eval-train only: LoRA and DoRA by default (QLoRA's two
 # setups; but FULL_MATRIX_ONLY), every method PEFT puts on their layers with --full-matrix; bitsandbytes also on the
 # GPU tier.
-QUANTIZED_DEFAULT_METHODS = ("lora", "lora-dora")
 GPU_QUANTIZED_MODELS = ("llama-tiny-bnb4", "llama-tiny-bnb4-fp4")
-# save-load, inject-compiled(-base): LoRA on llama-tiny by default; every method on every tiny model with --full-matrix.
-PERSISTENCE_SCENARIOS = ("save-load", "inject-compiled", "inject-compiled-base")
-DEFAULT_FULL_METHOD_MODEL = "llama-tiny"
 GPU_MODELS = ("llama-tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b")
 
 CPU_BACKENDS = ("eager", "aot_eager", "inductor")
@@ -155,30 +190,19 @@ def _supports(method: str, scenario: str) -> bool:
     return operation is None or operation in METHODS[method].operations
 
 
+def _resolve(methods: tuple[str, ...]) -> list[str]:
+    if EVERY in methods:
+        return list(METHODS)
+    if ARCHITECTURE_SPECIFIC in methods:
+        return [m for m in METHODS if m in methods or METHODS[m].architecture_specific]
+    return [m for m in methods if m in METHODS]
+
+
 def _cpu_methods(model: str, scenario: str, full_matrix: bool) -> list[str]:
-    if MODELS[model].quantization:
-        if scenario != "train-eval-train":
-            return []
-        if full_matrix:
-            return list(METHODS)
-        return list(QUANTIZED_DEFAULT_METHODS)
-    if scenario in DISTRIBUTED_SCENARIOS:
-        if model != DEFAULT_FULL_METHOD_MODEL:
-            return ["lora"] if full_matrix and "lora" in METHODS else []
-        return [m for m in (CORE_METHODS if full_matrix else DISTRIBUTED_DEFAULT_METHODS[scenario]) if m in METHODS]
-    if full_matrix:
-        return list(METHODS)
-    if scenario == "depth":
-        return list(DEPTH_DEFAULT_METHODS) if model == DEFAULT_FULL_METHOD_MODEL else []
-    if scenario in PERSISTENCE_SCENARIOS:
-        return list(LIFECYCLE_DEFAULT_METHODS) if model == DEFAULT_FULL_METHOD_MODEL else []
-    if scenario == "trainer":
-        return [m for m in TRAINER_DEFAULT_METHODS.get(model, ()) if m in METHODS]
-    if scenario != "train-eval-train":
-        return [m for m in LIFECYCLE_DEFAULT_METHODS if m in METHODS and model in LIFECYCLE_DEFAULT_MODELS]
-    if model == DEFAULT_FULL_METHOD_MODEL:
-        return list(METHODS)
-    return [m for m in METHODS if m in OTHER_ARCHITECTURE_METHODS.get(model, ()) or METHODS[m].architecture_specific]
+    if scenario not in SELECTION:
+        raise ValueError(f"scenario {scenario!r} has no entry in SELECTION (tests/cases.py): say which cases it runs")
+    selection = SELECTION[scenario]
+    return _resolve((selection.full if full_matrix else selection.default).get(model, ()))
 
 
 def cases_for(

@@ -146,3 +146,12 @@ def test_the_default_run_has_a_case_for_every_exported_peft_type():
 def test_a_method_missing_from_the_default_run_fails_the_coverage_check():
     default = {case.id for case in cases_for("train-eval-train") if case.method != "shira"}
     assert "SHIRA" not in default_peft_types(default, METHODS)
+
+
+@pytest.mark.selftest
+def test_a_scenario_missing_from_the_selection_table_is_an_error_naming_it(monkeypatch):
+    import tests.cases
+
+    monkeypatch.setitem(tests.cases.SCENARIOS, "brand-new", None)
+    with pytest.raises(ValueError, match=r"scenario 'brand-new' has no entry in SELECTION \(tests/cases.py\)"):
+        cases_for("brand-new")

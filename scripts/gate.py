@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -323,8 +324,13 @@ class Shell:
         return done.returncode, done.stdout, done.stderr
 
 
+_SAY = threading.Lock()  # --sides-in-parallel: one side's line never cuts into the other's
+
+
 def say(message: str) -> None:
-    print(f"gate: {message}", flush=True)
+    with _SAY:
+        sys.stdout.write(f"gate: {message}\n")
+        sys.stdout.flush()
 
 
 def shown(path: Path) -> str:

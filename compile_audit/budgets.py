@@ -44,6 +44,7 @@ _FIELDS = (
     "break_signatures",
     "recompile_signatures",
     "ddp_splits",
+    "recorded_with",
 )
 KNOWN_FAILURE_KINDS = ("known_raises", "known_recompile_limit", "known_check")
 KNOWN_FAILURE_FIELDS = ("known_failure", *KNOWN_FAILURE_KINDS)
@@ -70,6 +71,9 @@ class Budget:
     break_signatures: tuple[str, ...] = ()  # break signatures allowed (GraphBreak.signature)
     recompile_signatures: tuple[str, ...] = ()  # unexpected-recompile signatures allowed (Recompile.signature)
     ddp_splits: int = 0  # graph splits DDPOptimizer makes at DDP bucket boundaries (compile_audit.ddp_splits)
+    # The versions this entry was recorded with, when they differ from the file's [versions.<tier>] (a partial
+    # --update-budgets on other versions): the ratchet is strict for the entry only on these.
+    recorded_with: tuple[tuple[str, str], ...] = ()
     line: int | None = None  # where the entry starts in the file; None for the default
     recorded: bool = False  # False when the case has no entry and the default applies
 
@@ -81,6 +85,7 @@ class Budget:
         data = dict(data)
         for name in ("break_signatures", "recompile_signatures"):
             data[name] = tuple(data.get(name, ()))
+        data["recorded_with"] = tuple(tuple(pair) for pair in data.get("recorded_with", ()))
         return cls(**data)
 
 
@@ -155,6 +160,12 @@ def _check_signatures(where: str, name: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _check_versions(where: str, value: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise BudgetFileError(f"{where}: recorded_with must be a table of package = version, got {value!r}")
+    return tuple(sorted(value.items()))
+
+
 def _parse_entry(path: Path, case_id: str, raw: Any, line: int | None) -> Budget:
     where = f"{path}:{line}: entry {case_id!r}"
     if not isinstance(raw, dict):
@@ -189,6 +200,7 @@ def _parse_entry(path: Path, case_id: str, raw: Any, line: int | None) -> Budget
         break_signatures=_check_signatures(where, "break_signatures", raw.get("break_signatures", [])),
         recompile_signatures=_check_signatures(where, "recompile_signatures", raw.get("recompile_signatures", [])),
         ddp_splits=_check_count(path, line, case_id, "ddp_splits", raw.get("ddp_splits", 0)),
+        recorded_with=_check_versions(where, raw.get("recorded_with", {})),
         line=line,
         recorded=True,
     )
@@ -257,9 +269,23 @@ class BudgetFile:
             shown = self.path.relative_to(relative_to)
         return f"{shown}:{budget.line}" if budget.line else str(shown)
 
-    def versions_match(self, tier: str, installed: dict[str, str]) -> bool:
-        recorded = self.versions.get(tier)
+    def versions_match(self, tier: str, installed: dict[str, str], case_id: str | None = None) -> bool:
+        """Whether the installed versions are those the case's entry (or, without ``case_id``, the file) was
+        recorded with: the entry's own ``recorded_with``, else the file's ``[versions.<tier>]``."""
+        own = dict(self.entries[case_id].recorded_with) if case_id in self.entries else {}
+        recorded = own or self.versions.get(tier)
         return bool(recorded) and all(installed.get(k) == v for k, v in recorded.items())
+
+    def apply(self, proposals: dict[str, Budget], tiers: dict[str, str], installed: dict[str, str]) -> None:
+        """Record ``proposals`` (case id -> entry; ``tiers``: case id -> tier) made on the ``installed`` versions.
+        A tier's ``[versions.<tier>]`` is set when it has none; otherwise an entry recorded on other versions keeps
+        them as its own ``recorded_with``, and nothing else in the file changes (a partial update)."""
+        for case_id, budget in proposals.items():
+            tier = tiers[case_id]
+            if not self.versions.get(tier):
+                self.versions[tier] = dict(installed)
+            own = () if self.versions[tier] == installed else tuple(sorted(installed.items()))
+            self.entries[case_id] = dataclasses.replace(budget, recorded_with=own)
 
     def stale(self, known_case_ids: set[str]) -> list[str]:
         return sorted(set(self.entries) - known_case_ids)
@@ -294,6 +320,9 @@ class BudgetFile:
             for name in KNOWN_FAILURE_FIELDS:
                 if getattr(budget, name):
                     out.append(f"{name} = {json.dumps(getattr(budget, name), ensure_ascii=False)}")
+            if budget.recorded_with:
+                pairs = ", ".join(f"{name} = {json.dumps(value)}" for name, value in budget.recorded_with)
+                out.append(f"recorded_with = {{ {pairs} }}")
             for name in ("break_signatures", "recompile_signatures"):
                 values = getattr(budget, name)
                 if values:

@@ -44,9 +44,9 @@ class GateSession:
     def where(self, case_id: str) -> str:
         return self.budget_file.where(case_id, relative_to=self.rootpath)
 
-    def strict_ratchet(self, tier: str) -> bool:
-        """The ratchet fails only on the versions the budgets were recorded with; elsewhere it warns."""
-        return self.budget_file.versions_match(tier, gated(self.versions))
+    def strict_ratchet(self, tier: str, case_id: str | None = None) -> bool:
+        """The ratchet fails only on the versions the case's budget was recorded with; elsewhere it warns."""
+        return self.budget_file.versions_match(tier, gated(self.versions), case_id)
 
     def ingest(self, report: pytest.TestReport) -> None:
         """Take what a test report carries: its outcome, and the record, figures or budget proposal it holds."""
@@ -101,24 +101,21 @@ class GateSession:
         alone, and stale entries stay (only --update-budgets removes them)."""
         recorded = BudgetFile.load(self.budget_file.path, missing_ok=True)
         recorded.path = self.record_path
-        recorded.entries.update(self.proposals)
-        for tier in self._proposed_tiers():
-            recorded.versions[tier] = gated(self.versions)
+        recorded.apply(self.proposals, self._proposal_tiers(), gated(self.versions))
         recorded.write()
         self.lines.append(f"budgets recorded: {len(self.proposals)} case(s) written -> {self.record_path}")
 
-    def _proposed_tiers(self) -> set[str]:
-        return {case["tier"] for case in self.cases if case["id"] in self.proposals and case.get("tier")}
+    def _proposal_tiers(self) -> dict[str, str]:
+        tiers = {case["id"]: case.get("tier") or "cpu" for case in self.cases}
+        return {case_id: tiers.get(case_id, "cpu") for case_id in self.proposals}
 
     def _update_budgets(self, stale: list[str]) -> None:
         """Apply this run's proposals to the file as it is now (re-read under a lock), not as it was when the run
         started: shards of one selection running side by side on one machine each write their own cases."""
-        tiers = self._proposed_tiers()
+        tiers = self._proposal_tiers()
         with exclusive(self.budget_file.path):
             current = BudgetFile.load(self.budget_file.path, missing_ok=True)
-            current.entries.update(self.proposals)
-            for tier in tiers:
-                current.versions[tier] = gated(self.versions)
+            current.apply(self.proposals, tiers, gated(self.versions))
             removed = [case_id for case_id in stale if current.entries.pop(case_id, None) is not None]
             current.write()
         self.budget_file = current

@@ -179,3 +179,40 @@ def test_shards_updating_one_budgets_file_each_add_their_cases(tmp_path):
     for shard in shards:
         shard.finish(known_case_ids={"kept", "shard-1-case", "shard-2-case"})
     assert sorted(BudgetFile.load(path).entries) == ["kept", "shard-1-case", "shard-2-case"]
+
+
+PARTIAL = """[versions.cpu]
+torch = "2.12.0"
+
+[cases."a/b/kept"]
+graph_breaks = 1
+recompiles = 2
+unexpected_recompiles = 0
+note = "a hand-written note, kept byte for byte"
+
+[cases."a/b/updated"]
+graph_breaks = 0
+recompiles = 1
+unexpected_recompiles = 0
+"""
+
+
+def test_a_partial_update_on_other_versions_changes_only_its_own_cases(tmp_path):
+    path = tmp_path / "budgets.toml"
+    path.write_text(PARTIAL)
+    budgets = BudgetFile.load(path)
+    proposal = Budget(graph_breaks=0, recompiles=3, unexpected_recompiles=0, recorded=True)
+    budgets.apply({"a/b/updated": proposal}, {"a/b/updated": "cpu"}, {"torch": "2.13.0"})
+    budgets.write()
+    text = path.read_text()
+    assert '[versions.cpu]\ntorch = "2.12.0"\n' in text  # the file's versions stay
+    kept = PARTIAL.split('[cases."a/b/updated"]')[0].split("\n\n", 1)[1]
+    assert kept in text  # the other entry, byte for byte
+    reloaded = BudgetFile.load(path)
+    assert reloaded.entries["a/b/updated"].recorded_with == (("torch", "2.13.0"),)
+    assert reloaded.versions_match("cpu", {"torch": "2.13.0"}, "a/b/updated")
+    assert not reloaded.versions_match("cpu", {"torch": "2.13.0"}, "a/b/kept")
+    assert reloaded.versions_match("cpu", {"torch": "2.12.0"}, "a/b/kept")
+    # Recorded again on the file's versions, the entry drops its own.
+    reloaded.apply({"a/b/updated": proposal}, {"a/b/updated": "cpu"}, {"torch": "2.12.0"})
+    assert reloaded.entries["a/b/updated"].recorded_with == ()

@@ -20,7 +20,6 @@ import argparse
 import concurrent.futures
 import dataclasses
 import importlib.metadata
-import itertools
 import json
 import os
 import re
@@ -231,79 +230,6 @@ def check_pytest_args(pytest_args: Sequence[str]) -> None:
             raise GateError(f"pytest args: {arg.split('=')[0]} is not allowed (the gate chooses: --select, --shard)")
 
 
-def marker_expression(pytest_args: Sequence[str]) -> str | None:
-    """The last -m of the pytest args (pytest keeps the last), or None: pyproject's addopts decide."""
-    expression = None
-    for index, arg in enumerate(pytest_args):
-        if arg == "-m" and index + 1 < len(pytest_args):
-            expression = pytest_args[index + 1]
-        elif arg.startswith("-m") and len(arg) > 2 and not arg.startswith("-m-"):
-            expression = arg[2:].lstrip("=")
-    return expression
-
-
-def selects_marker(expression: str | None, marker: str) -> bool:
-    """Whether a test carrying only `marker` is selected by the -m expression (other markers count as absent)."""
-    if not expression:
-        return False
-    try:
-        return _MarkerExpression(expression, marker).evaluate()
-    except ValueError:
-        return False  # pytest rejects the expression itself, with its own message
-
-
-class _MarkerExpression:
-    """pytest's -m grammar: expr = conj ('or' conj)*; conj = neg ('and' neg)*; neg = 'not' neg | '(' expr ')' | name."""
-
-    def __init__(self, expression: str, marker: str):
-        self.tokens = re.findall(r"\(|\)|[^\s()]+", expression)
-        self.marker = marker
-
-    def evaluate(self) -> bool:
-        value = self._expr()
-        if self.tokens:
-            raise ValueError(f"unexpected {self.tokens[0]!r}")
-        return value
-
-    def _take(self, token: str) -> bool:
-        if self.tokens and self.tokens[0] == token:
-            self.tokens.pop(0)
-            return True
-        return False
-
-    def _expr(self) -> bool:
-        value = self._conj()
-        while self._take("or"):
-            value = self._conj() or value
-        return value
-
-    def _conj(self) -> bool:
-        value = self._neg()
-        while self._take("and"):
-            value = self._neg() and value
-        return value
-
-    def _neg(self) -> bool:
-        if self._take("not"):
-            return not self._neg()
-        if self._take("("):
-            value = self._expr()
-            if not self._take(")"):
-                raise ValueError("unbalanced parentheses")
-            return value
-        if not self.tokens or self.tokens[0] in ("and", "or", ")"):
-            raise ValueError("a marker name is missing")
-        return self.tokens.pop(0) == self.marker
-
-
-def needs_cuda(pytest_args: Sequence[str]) -> bool:
-    """The selection runs the GPU tier on CUDA (its --gpu-tier-device cpu mode runs it on CPU)."""
-    on_cpu = "--gpu-tier-device=cpu" in pytest_args or any(
-        a == "--gpu-tier-device" and b == "cpu" for a, b in itertools.pairwise(pytest_args)
-    )
-    return selects_marker(marker_expression(pytest_args), "gpu") and not on_cpu
-
-
 # ----------------------------------------------------------------------------- running commands
 
 
@@ -428,19 +354,6 @@ def _freeze(shell: Shell, side: Side, env: dict[str, str]) -> None:
     status, stdout, _ = shell.capture([side.python, "-m", "pip", "freeze"], env=env)
     if status == 0:
         (side.out / f"{side.name}-environment.txt").write_text(stdout, encoding="utf-8")
-
-
-def check_cuda(shell: Shell, side: Side, snapshot: Path, opts: Options) -> None:
-    if not needs_cuda(opts.pytest_args):
-        return
-    code = "import torch; print(torch.cuda.is_available())"
-    status, stdout, stderr = shell.capture([side.python, "-c", code], env=side.env(snapshot))
-    if status != 0 or stdout.strip() != "True":
-        detail = (stderr.strip().splitlines() or ["torch.cuda.is_available() is False"])[-1]
-        expression = marker_expression(opts.pytest_args)
-        raise GateError(
-            f"{side.name}: the selection (-m {expression!r}) runs the GPU tier, but CUDA is unavailable: {detail}"
-        )
 
 
 def _pytest(side: Side) -> list[str | Path]:
@@ -651,8 +564,6 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
         side.work.mkdir(parents=True)
     torch_version, _ = install(shell, base, opts, snapshot, opts.torch)
     install(shell, head, opts, snapshot, _same_torch(opts.torch, torch_version))
-    for side in (base, head):
-        check_cuda(shell, side, snapshot, opts)
     selection = choose_selection(shell, base, head, snapshot, opts)
     if opts.sides_in_parallel:
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:

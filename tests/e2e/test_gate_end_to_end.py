@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.gate_module import GATE_PY, gate
+from tests.e2e.gate_module import GATE_PY
+from tests.e2e.markers import selects_explicitly
 
 pytestmark = pytest.mark.gate_e2e
 
@@ -32,7 +33,7 @@ GATE_TIMEOUT_S = 1800
 def only_when_selected(request):
     expression = request.config.option.markexpr
     # Selected because of its marker, not by an expression that selects untagged tests too ("not gpu").
-    if not gate.selects_marker(expression, "gate_e2e") or gate.selects_marker(expression, ""):
+    if not selects_explicitly(expression, "gate_e2e"):
         pytest.skip("builds four virtualenvs: run it with pytest -m gate_e2e")
 
 

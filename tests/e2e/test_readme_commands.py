@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from compile_audit.budgets import BudgetFile
-from tests.e2e.gate_module import gate
+from tests.e2e.markers import selects_explicitly
 
 pytestmark = pytest.mark.readme
 
@@ -38,7 +38,7 @@ SCENARIO_FILES = {str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob(
 @pytest.fixture(autouse=True)
 def only_when_selected(request):
     expression = request.config.option.markexpr
-    if not gate.selects_marker(expression, "readme") or gate.selects_marker(expression, ""):
+    if not selects_explicitly(expression, "readme"):
         pytest.skip("runs the README's commands in fresh processes: run it with pytest -m readme")
 
 

@@ -114,12 +114,21 @@ def test_stale_entries_are_listed(tmp_path):
     assert budgets.stale({"llama-tiny/loha/train-eval-train"}) == []
 
 
+DRIFTS = Budget(known_failure="logits drift from eager", known_check="parity", line=3, recorded=True)
+
+
+def _audited(case_id: str, module: torch.nn.Module, budget: Budget, check: str | None = None) -> CaseAudit:
+    """A toy's audit; ``check``: the name of a check it fails (a scenario's parity, say)."""
+    audit = CaseAudit(case_id, budget)
+    audit.graph_breaks(module, torch.randn(2, 4), call="forward")
+    if check is not None:
+        audit.expect("compiled vs eager logits differ", check=check)
+    return audit
+
+
 def test_known_failure_is_expected_while_failing_and_fails_once_it_passes():
-    known = Budget(known_failure="logits drift from eager", known_check="parity", line=3, recorded=True)
-    drifting = CaseAudit("toy/clean/forward", known)
-    drifting.graph_breaks(toys.Clean(), torch.randn(2, 4), call="forward")
-    drifting.expect("compiled vs eager logits differ", check="parity")
-    verdict = drifting.verdict()
+    known = DRIFTS
+    verdict = _audited("toy/clean/forward", toys.Clean(), known, check="parity").verdict()
     assert verdict.status == "xfailed" and "known failure (logits drift from eager)" in verdict.message
     fixed = CaseAudit("toy/clean/forward", known)
     fixed.graph_breaks(toys.Clean(), torch.randn(2, 4), call="forward")
@@ -130,18 +139,11 @@ def test_known_failure_is_expected_while_failing_and_fails_once_it_passes():
 
 
 def test_a_known_failure_does_not_hold_a_new_break_or_another_check():
-    known = Budget(known_failure="logits drift from eager", known_check="parity", line=3, recorded=True)
-    breaking = CaseAudit("toy/branch/forward", known)
-    breaking.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
-    breaking.expect("compiled vs eager logits differ", check="parity")
-    verdict = breaking.verdict()
+    verdict = _audited("toy/branch/forward", toys.BranchesOnData(), DRIFTS, check="parity").verdict()
     assert verdict.status == "failed" and [p.kind for p in verdict.held] == [Kind.CHECK]
     assert "the known failure (known_check = 'parity') still holds, and it holds nothing else" in verdict.message
     assert "graph breaks: 1 > budget 0" in verdict.message and "tests/selftest/toys.py" in verdict.message
-    other = CaseAudit("toy/clean/forward", known)
-    other.graph_breaks(toys.Clean(), torch.randn(2, 4), call="forward")
-    other.expect("the adapter has no effect")
-    verdict = other.verdict()
+    verdict = _audited("toy/clean/forward", toys.Clean(), DRIFTS, check="scenario check").verdict()
     assert verdict.status == "failed" and "did not occur" in verdict.message
 
 

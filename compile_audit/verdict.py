@@ -173,7 +173,7 @@ def _recompile_limit(result: AuditResult) -> Problem | None:
         return None
     lines = [
         f"Dynamo hit its recompile limit on {len(hits)} frame(s) and runs them eagerly from then on, silently;"
-        " the counts of this run are not comparable with the budget (no budget can allow this):"
+        " no budget allows it, only a known failure naming the frame (known_recompile_limit) holds it:"
     ]
     lines += [f"  {hit.describe()}" for hit in hits]
     return Problem(Kind.RECOMPILE_LIMIT, "\n".join(lines), tuple(sorted({limit_frame(hit.frame) for hit in hits})))

@@ -101,9 +101,3 @@ class FootprintRecorder:
             if path.split("/", 1)[0] in self.packages and path.endswith(".py"):
                 files.setdefault(path, set()).add(name)
         return {path: sorted(names) for path, names in sorted(files.items())}
-
-
-@contextlib.contextmanager
-def recording(packages: Sequence[str]) -> Iterator[FootprintRecorder]:
-    with FootprintRecorder(packages) as recorder:
-        yield recorder

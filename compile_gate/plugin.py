@@ -169,6 +169,7 @@ def _leak_message(case_id: str, leaked: list[str], where: str) -> str:
 def pytest_runtest_setup(item: pytest.Item):
     if _is_case(item):
         item.stash[STATE_BEFORE_SETUP] = global_state.snapshot()
+    if _is_case(item) and not _timed(item):
         recorder = FootprintRecorder(item.config.getini("compile_footprint_packages"))
         item.stash[FOOTPRINT] = recorder.__enter__()  # left in pytest_runtest_call, or at teardown after a failed setup
     return (yield)
@@ -218,6 +219,13 @@ def _footprint_only(item: pytest.Item):
     finally:
         _stop_footprint(item)
     pytest.skip(f"--footprints-only: footprint recorded, nothing judged (the eager run {detail})")
+
+
+def _timed(item: pytest.Item) -> bool:
+    """A test timed by pytest-benchmark records no footprint: a profiler would distort its timings, and
+    pytest-benchmark pauses profilers by handing ``sys.getprofile()`` back to ``sys.setprofile``, which cProfile's
+    object does not survive."""
+    return "benchmark" in getattr(item, "fixturenames", ())
 
 
 def _stop_footprint(item: pytest.Item) -> None:

@@ -153,6 +153,21 @@ def test_benchmark_only_session_reaches_the_report_written_once(toy_zoo: pytest.
     assert cases["clean/plain/forward"]["audited"] is False and cases["clean/plain/forward"]["status"] == "passed"
 
 
+TIMED_TEST = """
+def test_timed(case, benchmark, record_compile_benchmarks):
+    benchmark.pedantic(sum, args=([1, 2],), rounds=2, warmup_rounds=1)
+    record_compile_benchmarks(case, {"compiled_step_ms": 1.0})
+"""
+
+
+def test_a_case_timed_by_pytest_benchmark_runs_without_the_footprint_recorder(toy_zoo: pytest.Pytester):
+    """pytest-benchmark pauses profilers around its rounds; the recorder's cProfile must not be one of them."""
+    (toy_zoo.path / "test_toy.py").unlink()
+    toy_zoo.makepyfile(test_timed=TIMED_TEST)
+    result = toy_zoo.inline_run("--compile-report=report.json", "-p", "no:cacheprovider")
+    result.assertoutcome(passed=2)
+
+
 HAND_WRITTEN = """# budgets of the toy zoo
 [cases."breaks/plain/forward"]
 graph_breaks   = 1   # aligned by hand

@@ -4,11 +4,13 @@
 
 Each command is a fresh pytest or python process (tens of seconds each on 2 cores), so it runs only when ``-m``
 selects ``readme`` explicitly; pyproject's addopts deselect it and ``.ci/run`` runs it. What the default run
-already is (``pytest``), and ``-m gate_e2e`` / ``scripts/gate`` (their own test), are not repeated here.
+already is (``pytest``), and ``-m gate_e2e`` / ``scripts/gate`` (their own test), are not repeated here; of the
+tools, their ``--help`` from the checkout and as installed entry points.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import shutil
@@ -31,8 +33,10 @@ TIMEOUT_S = 900
 SCENARIO_FILES = {str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("test_*.py")} - {
     "tests/test_check_floor.py",
     "tests/test_registry.py",
-    "tests/test_bisect.py",
 }
+# The tools: from the checkout (nothing installed), and the entry points of pyproject's [project.scripts].
+TOOL_SCRIPTS = {"scripts/gate": "usage: scripts/gate --base SPEC", "scripts/bisect": "usage: scripts/bisect"}
+ENTRY_POINTS = {"peft-compile-gate": "usage: peft-compile-gate --base SPEC", "peft-compile-bisect": "usage: peft-"}
 
 
 @pytest.fixture(autouse=True)
@@ -181,6 +185,25 @@ def test_compare_compile_cpu_form(tmp_path):
     )
     assert result.returncode == 0, explain(result)
     assert "compile" in table.read_text()
+
+
+@pytest.mark.parametrize("script", sorted(TOOL_SCRIPTS))
+def test_the_tools_run_from_the_checkout(script):
+    result = run(script, "--help")
+    assert result.returncode == 0 and result.stdout.startswith(TOOL_SCRIPTS[script]), explain(result)
+
+
+@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
+def test_the_tools_run_installed(name):
+    try:
+        scripts = {e.name for e in importlib.metadata.distribution("peft-compile-gate").entry_points}
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("peft-compile-gate is not installed (pip install -e .): only scripts/ runs the tools")
+    assert name in scripts, f"the installed peft-compile-gate has no entry point {name} (pip install -e . again)"
+    executable = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+    assert executable, f"{name} is installed but not on PATH"
+    result = subprocess.run([executable, "--help"], capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT)
+    assert result.returncode == 0 and result.stdout.startswith(ENTRY_POINTS[name]), explain(result)
 
 
 def test_the_readme_budgets_example_is_an_entry_of_the_file():

@@ -1,11 +1,12 @@
-"""scripts/record_known_failures.py: failed cases become known failures with the reason the run gave, nothing else."""
+"""gate_tools.known_failures (scripts/record_known_failures.py): failed cases become known failures with the reason
+the run gave, nothing else."""
 
 from __future__ import annotations
 
 import pytest
 
 from compile_audit.budgets import BudgetFile
-from scripts import record_known_failures
+from gate_tools import known_failures as record_known_failures
 from tests.selftest import fake_reports as fake
 
 pytestmark = pytest.mark.selftest

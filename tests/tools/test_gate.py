@@ -1,7 +1,7 @@
-"""scripts/gate without building anything: its arguments, and every exit path with a fake shell.
+"""The gate (gate_tools.gate) without building anything: its arguments, and every exit path with a fake shell.
 
 The fake shell stands in for pip, pytest and the diff: it records each command and answers as told, so each
-test shows one verdict or one exit-2 reason. tests/e2e/test_gate_end_to_end.py runs the real thing.
+test shows one verdict or one exit-2 reason. tests/tools/test_gate_end_to_end.py runs the real thing.
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.gate_module import GATE_PY, gate
+from gate_tools import gate
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gate"
 
 AUDITED = {"id": "llama-tiny/lora/train-eval-train", "status": "passed", "audited": True}
 SKIPPED = {
@@ -106,9 +108,16 @@ def run_gate(tmp_path, capsys):
 # ----------------------------------------------------------------------------- arguments
 
 
-def test_the_executable_runs_the_script():
-    done = subprocess.run([GATE_PY.with_suffix(""), "--help"], capture_output=True, text=True, check=False)
+def test_the_checkout_script_runs_the_gate():
+    done = subprocess.run([SCRIPT, "--help"], capture_output=True, text=True, check=False, cwd="/")
     assert done.returncode == 0 and done.stdout.startswith("usage: scripts/gate --base SPEC"), done
+
+
+def test_an_argument_error_names_the_program_it_was_run_as(capsys):
+    assert gate.main(["--bogus"], shell=FakeShell(), prog="scripts/gate") == 2
+    assert "(see scripts/gate --help)" in capsys.readouterr().err
+    assert gate.main(["--bogus"], shell=FakeShell()) == 2
+    assert "(see peft-compile-gate --help)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -352,7 +361,7 @@ def test_no_rerun_when_head_passed(run_gate, tmp_path):
 
 def test_the_snapshot_leaves_out_venvs_version_control_caches_and_the_output(tmp_path, monkeypatch):
     repo = tmp_path / "repo"
-    kept = ("pyproject.toml", "scripts/gate.py", "tests/out/kept.txt")
+    kept = ("pyproject.toml", "gate_tools/gate.py", "tests/out/kept.txt")
     for path in (*kept, ".git/HEAD", ".ci-venv/pyvenv.cfg", "tests/__pycache__/x.pyc", "out/r.json", "x.egg-info/P"):
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).touch()
@@ -360,7 +369,7 @@ def test_the_snapshot_leaves_out_venvs_version_control_caches_and_the_output(tmp
     monkeypatch.setattr(gate, "REPO", repo)
     copy = gate.snapshot_checkout(tmp_path / "copy", skip=[repo / "reports" / "gate"])
     found = sorted(str(p.relative_to(copy)) for p in copy.rglob("*"))
-    assert found == ["pyproject.toml", "reports", "scripts", "scripts/gate.py", "tests", "tests/out", *kept[2:]]
+    assert found == ["gate_tools", "gate_tools/gate.py", "pyproject.toml", "reports", "tests", "tests/out", *kept[2:]]
 
 
 # ----------------------------------------------------------------------------- selection by change

@@ -1,4 +1,6 @@
-"""scripts/bisect: name the PEFT commit, or the torch / transformers / peft release, that changed one case.
+"""bisect: name the PEFT commit, or the torch / transformers / peft release, that changed one case.
+
+Run it as ``peft-compile-bisect`` (installed) or ``scripts/bisect`` (a checkout, nothing installed).
 
 Modules, each with one job:
   search     the bisection over an ordered list of candidates, with skips (pure; no I/O)

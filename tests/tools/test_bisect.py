@@ -1,4 +1,4 @@
-"""scripts/bisect without installing anything: the search over fake oracles, signatures, release lists,
+"""bisect (gate_tools.bisect) without installing anything: the search over fake oracles, signatures, release lists,
 argument errors, the scratch venv's commands, and git mode over a five-commit history built here, with a
 break planted in one commit (a fake lab reads the exported tree instead of running the case)."""
 
@@ -16,14 +16,14 @@ from typing import ClassVar
 
 import pytest
 
-from scripts.bisect_lib import cli, releases, search
-from scripts.bisect_lib.driver import BisectError, Candidate, Change, Measurement, NoChange, find_change
-from scripts.bisect_lib.lab import Lab, case_selection, error_line, scratch_env
-from scripts.bisect_lib.search import BAD, GOOD, SKIP, Verdict
-from scripts.bisect_lib.signature import evidence, signature_of, untestable_reason
+from gate_tools.bisect import cli, releases, search
+from gate_tools.bisect.driver import BisectError, Candidate, Change, Measurement, NoChange, find_change
+from gate_tools.bisect.lab import Lab, case_selection, error_line
+from gate_tools.bisect.search import BAD, GOOD, SKIP, Verdict
+from gate_tools.bisect.signature import evidence, signature_of, untestable_reason
 from tests.selftest import fake_reports as fake
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CASE = "llama-tiny/lora-dora/train-eval-train"
 DORA_REASON = "Unsupported method call: Dynamo does not know how to trace method `startswith` of class `str`"
 DORA_SOURCE = 'elif type(module.weight).__module__.startswith("torchao."):'
@@ -316,7 +316,7 @@ def test_argument_errors_are_one_line_and_exit_2(argv, message, capsys):
     assert cli.main(argv, make_lab=unusable_lab) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.count("\n") == 1 and captured.err.startswith("scripts/bisect: error: ")
+    assert captured.err.count("\n") == 1 and captured.err.startswith("peft-compile-bisect: error: ")
     assert message in captured.err
 
 
@@ -457,15 +457,15 @@ def test_case_selection(case_id, options):
     assert case_selection(case_id) == options
 
 
-def test_scratch_env_drops_what_points_elsewhere():
-    env = scratch_env(Path("/s/venv"), {"PATH": "/bin", "PYTHONHOME": "/x", "PIP_TARGET": "/t", "HOME": "/h"})
-    assert env == {
-        "PATH": f"/s/venv/bin{os.pathsep}/bin",
-        "HOME": "/h",
-        "VIRTUAL_ENV": "/s/venv",
-        "PYTHONNOUSERSITE": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+def test_each_step_compiles_into_caches_of_its_own(tmp_path):
+    runner = FakeRunner()
+    lab = make_lab(tmp_path, runner)
+    lab.create(["torch==2.13.0"], [])
+    lab.measure("torch 2.12.0", ["torch==2.12.0"])
+    lab.measure("torch 2.12.1", ["torch==2.12.1"])
+    caches = {env["TORCHINDUCTOR_CACHE_DIR"] for argv, env in runner.calls if "pytest" in argv}
+    assert caches == {str(tmp_path / "work" / "caches" / step / "inductor-cache") for step in ("01", "02")}
+    assert all(env["PYTHONDONTWRITEBYTECODE"] == "1" for _, env in runner.calls)  # nothing written into the checkout
 
 
 # ----------------------------------------------------------------------------- git mode, end to end
@@ -600,4 +600,4 @@ def test_git_mode_range_errors(tmp_path, capsys, good, bad, message):
 def test_git_mode_needs_a_repository(tmp_path, capsys):
     argv = ["--repo", str(tmp_path), "--good", "a", "--bad", "b", "--case", CASE]
     assert cli.main(argv, make_lab=unusable_lab) == 2
-    assert capsys.readouterr().err == f"scripts/bisect: error: --repo {tmp_path} is not a git repository\n"
+    assert capsys.readouterr().err == f"peft-compile-bisect: error: --repo {tmp_path} is not a git repository\n"

@@ -12,7 +12,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from scripts.bisect_lib.driver import Candidate
+from gate_tools.bisect.driver import Candidate
 
 SUBJECT_WIDTH = 80
 

@@ -1,12 +1,12 @@
 """The scratch venv of one bisect run: created once, changed one package per step, one case run per step.
 
-Every command runs with the scratch venv's own interpreter (``VENV/bin/python -m pip``, ``-m pytest``)
-and an environment without the caller's ``VIRTUAL_ENV``, ``PYTHONPATH``, ``PYTHONHOME``, user site or
-pip target/prefix/user settings, so nothing is installed into, or imported from, the calling
-environment. The venv starts as a copy of the caller's gate stack (torch, transformers, peft, pytest,
-pytest-benchmark, scikit-learn when present) at the caller's versions, with every other package the
-caller has as a constraint, so that only the bisected package differs from the caller's run. Each step's
-pip and pytest output goes to ``WORKDIR/logs``, each report to ``WORKDIR/reports``.
+Every command runs with the scratch venv's own interpreter (``VENV/bin/python -m pip``, ``-m pytest``) and the
+environment of ``gate_tools.venv``: without the caller's ``VIRTUAL_ENV``, ``PYTHONPATH``, ``PYTHONHOME``, user site
+or pip target/prefix/user settings, so nothing is installed into, or imported from, the calling environment, and
+with compile caches of each step's own (``WORKDIR/caches/NN``). The venv starts as a copy of the caller's gate stack
+(torch, transformers, peft, pytest, pytest-benchmark, scikit-learn when present) at the caller's versions, with
+every other package the caller has as a constraint, so that only the bisected package differs from the caller's
+run. Each step's pip and pytest output goes to ``WORKDIR/logs``, each report to ``WORKDIR/reports``.
 """
 
 from __future__ import annotations
@@ -16,28 +16,16 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from compile_audit.report import load_report
-from scripts.bisect_lib.driver import Measurement
+from gate_tools.bisect.driver import Measurement
+from gate_tools.venv import ScratchVenv
 
 GATE_PACKAGES = ("torch", "transformers", "peft", "pytest", "pytest-benchmark")
 OPTIONAL_PACKAGES = ("scikit-learn",)  # AdaMSS needs it; the venv gets it when the caller has it
-DROPPED_VARIABLES = (
-    "VIRTUAL_ENV",
-    "PYTHONPATH",
-    "PYTHONHOME",
-    "PYTHONSTARTUP",
-    "PYTHONUSERBASE",
-    "PIP_USER",
-    "PIP_TARGET",
-    "PIP_PREFIX",
-    "PIP_REQUIRE_VIRTUALENV",
-    "CONDA_PREFIX",
-)
 DEFAULT_TIMEOUT = 1800.0
 IMPORT_CHECK = (
     "import json, peft, torch, transformers; "
@@ -77,16 +65,6 @@ def caller_pins(exclude: Iterable[str]) -> list[str]:
             continue  # editable, local-path and VCS installs cannot be reinstalled from an index
         pins.add(f"{normalize(name)}=={dist.version}")
     return sorted(pins)
-
-
-def scratch_env(venv: Path, environ: Mapping[str, str]) -> dict[str, str]:
-    """The caller's environment variables without those that point Python or pip at another environment."""
-    env = {key: value for key, value in environ.items() if key not in DROPPED_VARIABLES}
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{environ.get('PATH', '')}"
-    env["VIRTUAL_ENV"] = str(venv)
-    env["PYTHONNOUSERSITE"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"  # no __pycache__ written into the gate checkout
-    return env
 
 
 def same_release(installed: str, wanted: str) -> bool:
@@ -141,10 +119,20 @@ class Lab:
         self.pip_options, self.timeout, self.say, self._run = list(pip_options), timeout, say, run
         self.venv = workdir / "venv"
         self.python = self.venv / "bin" / "python"
-        self.env = scratch_env(self.venv, environ)
+        self.environ = environ
         self.logs, self.reports = workdir / "logs", workdir / "reports"
         self.steps = 0
         self.commands = 0  # numbers the log files: a step may run pip more than once
+
+    @property
+    def scratch(self) -> ScratchVenv:
+        # Compile caches per step: one candidate's compiled artifacts never serve another.
+        return ScratchVenv(self.venv, caches=self.workdir / "caches" / f"{self.steps:02d}")
+
+    @property
+    def env(self) -> dict[str, str]:
+        # No __pycache__ written into the gate checkout, which the case runs from.
+        return self.scratch.env(self.environ, PYTHONDONTWRITEBYTECODE="1")
 
     # ------------------------------------------------------------------------- commands
 
@@ -179,7 +167,7 @@ class Lab:
 
     def create(self, requirements: list[str], pins: list[str]) -> None:
         """The venv with requirements installed, pinned to the caller's versions where they allow; LabError."""
-        status, _, error = self.call([sys.executable, "-m", "venv", str(self.venv)], "venv")
+        status, _, error = self.call(self.scratch.create_command(), "venv")
         if status != 0:
             raise LabError(f"cannot create the scratch venv {self.venv}: {error}")
         self.say(f"installing the gate's stack into {self.venv}: {' '.join(requirements)}")

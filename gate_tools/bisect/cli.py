@@ -1,7 +1,9 @@
-"""scripts/bisect: arguments, the two modes, what is printed, exit statuses.
+"""bisect: arguments, the two modes, what is printed, exit statuses.
 
-    scripts/bisect --repo PATH --good REF --bad REF --case CASE_ID [--torch SPEC]
-    scripts/bisect --package torch|transformers|peft --good VERSION --bad VERSION --case CASE_ID [--pre]
+    peft-compile-bisect --repo PATH --good REF --bad REF --case CASE_ID [--torch SPEC]
+    peft-compile-bisect --package torch|transformers|peft --good VERSION --bad VERSION --case CASE_ID [--pre]
+
+(``scripts/bisect`` from a checkout, nothing installed.)
 
 Exit status: 0 a culprit was named, 1 good and bad agree (nothing to find), 2 a usage or set-up error or
 no single culprit (one line on stderr says which).
@@ -19,8 +21,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from scripts.bisect_lib import history, releases
-from scripts.bisect_lib.driver import (
+from gate_tools import checkout
+from gate_tools.bisect import history, releases
+from gate_tools.bisect.driver import (
     VERDICT_WORDS,
     BisectError,
     Candidate,
@@ -30,8 +33,8 @@ from scripts.bisect_lib.driver import (
     find_change,
     verdict_of,
 )
-from scripts.bisect_lib.history import HistoryError
-from scripts.bisect_lib.lab import (
+from gate_tools.bisect.history import HistoryError
+from gate_tools.bisect.lab import (
     DEFAULT_TIMEOUT,
     GATE_PACKAGES,
     OPTIONAL_PACKAGES,
@@ -42,11 +45,11 @@ from scripts.bisect_lib.lab import (
     normalize,
     valid_case_id,
 )
-from scripts.bisect_lib.releases import ReleaseError
-from scripts.bisect_lib.signature import evidence
+from gate_tools.bisect.releases import ReleaseError
+from gate_tools.bisect.signature import evidence
 
-PROG = "scripts/bisect"
-GATE_ROOT = Path(__file__).resolve().parents[2]
+PROG = "peft-compile-bisect"  # scripts/bisect passes its own name
+GATE_ROOT = checkout.find()  # None: not run from a checkout (an error once the arguments are parsed)
 PACKAGES = ("torch", "transformers", "peft")
 FOUND, NO_CHANGE, ERROR = 0, 1, 2
 
@@ -60,9 +63,9 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def build_parser() -> Parser:
+def build_parser(prog: str = PROG) -> Parser:
     parser = Parser(
-        prog=PROG,
+        prog=prog,
         description="Name the PEFT commit (--repo) or the torch/transformers/peft release (--package) "
         "that changed one case's graph breaks, recompiles or status.",
     )
@@ -127,9 +130,11 @@ def holds(args: argparse.Namespace) -> dict[str, str]:
     return result
 
 
-def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
+def parse_arguments(argv: list[str] | None, prog: str = PROG) -> argparse.Namespace:
+    args = build_parser(prog).parse_args(argv)
     check_arguments(args)
+    if GATE_ROOT is None:
+        raise UsageError(checkout.NOT_FOUND)
     return args
 
 
@@ -301,9 +306,13 @@ def run(args: argparse.Namespace, make_lab: Callable[..., Lab]) -> int:
     return FOUND if found else NO_CHANGE
 
 
-def main(argv: list[str] | None = None, make_lab: Callable[..., Lab] = Lab) -> int:
+def main(argv: list[str] | None = None, make_lab: Callable[..., Lab] = Lab, prog: str = PROG) -> int:
     try:
-        return run(parse_arguments(argv), make_lab)
+        return run(parse_arguments(argv, prog), make_lab)
     except (UsageError, HistoryError, ReleaseError, LabError, BisectError) as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from scripts.bisect_lib.search import BAD, GOOD, SKIP, Outcome, Verdict, bisect
-from scripts.bisect_lib.signature import Signature, signature_of, untestable_reason
+from gate_tools.bisect.search import BAD, GOOD, SKIP, Outcome, Verdict, bisect
+from gate_tools.bisect.signature import Signature, signature_of, untestable_reason
 
 
 class BisectError(Exception):

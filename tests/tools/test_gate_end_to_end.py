@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.gate_module import GATE_PY
 from tests.e2e.markers import selects_explicitly
 
 pytestmark = pytest.mark.gate_e2e
 
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gate"  # as CI runs it: from the checkout
 CASE = "tests/test_train_eval_train.py::test_train_eval_train[llama-tiny/lora/train-eval-train]"
-PLANTED = "torch._dynamo.graph_break()  # planted by tests/e2e/test_gate_end_to_end.py"
+PLANTED = "torch._dynamo.graph_break()  # planted by tests/tools/test_gate_end_to_end.py"
 GATE_TIMEOUT_S = 1800
 
 
@@ -82,7 +82,7 @@ def _lora_linear_forward(module: ast.Module) -> ast.FunctionDef:
 
 
 def run_gate(base: str, head: str, out: Path) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, GATE_PY, "--base", base, "--head", head, "--out", out, "--", CASE]
+    cmd = [sys.executable, SCRIPT, "--base", base, "--head", head, "--out", out, "--", CASE]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=GATE_TIMEOUT_S, check=False)
     print(done.stdout, done.stderr, sep="")  # shown with pytest -rP
     return done

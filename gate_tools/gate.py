@@ -1,6 +1,7 @@
 """The compile gate, run locally: the same pytest selection on PEFT base and on PEFT head, then the diff.
 
-    scripts/gate --base peft==0.21.2 --head ~/src/peft --out out/gate -- -k "llama-tiny and lora"
+    peft-compile-gate --base peft==0.21.2 --head ~/src/peft --out out/gate -- -k "llama-tiny and lora"
+    scripts/gate ...    # the same from a checkout, nothing installed
 
 Each side gets a fresh virtualenv with the same torch (``--torch``, default: the torch version of the
 Python running this script), this gate's dependencies, then the side's PEFT SPEC: anything pip installs
@@ -32,8 +33,12 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from gate_tools import checkout
+from gate_tools.venv import ScratchVenv
+
 EXIT_OK, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
-REPO = Path(__file__).resolve().parent.parent
+PROG = "peft-compile-gate"  # scripts/gate passes its own name
+REPO = checkout.find()  # None: not run from a checkout (an error once the arguments are parsed)
 ARCHIVES = (".whl", ".tar.gz", ".zip")
 SELECTIONS = ("change", "default", "full")
 PYTEST_EXIT = {2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
@@ -43,8 +48,6 @@ RERUN_TORCH_LOGS = "graph_breaks,recompiles_verbose"
 # any virtualenv, see snapshot_checkout).
 SNAPSHOT_SKIP = {".git", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".benchmarks"}
 SNAPSHOT_SKIP_TOP = {"build", "out"}
-# The caller's interpreter settings must not reach a side's Python.
-CALLER_ONLY_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "VIRTUAL_ENV", "CONDA_PREFIX")
 
 
 class GateError(Exception):
@@ -53,7 +56,7 @@ class GateError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse would print the usage too: the reason must stay one line
-        raise GateError(f"{message} (see scripts/gate --help)")
+        raise GateError(f"{message} (see {self.prog} --help)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,10 +77,10 @@ class Options:
     pytest_args: tuple[str, ...]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="scripts/gate",
-        usage="scripts/gate --base SPEC --head SPEC --out DIR [options] [-- PYTEST_ARGS...]",
+        prog=prog,
+        usage=f"{prog} --base SPEC --head SPEC --out DIR [options] [-- PYTEST_ARGS...]",
         description="Run the same pytest selection on PEFT base and head in fresh virtualenvs and diff the reports. "
         "Exit 0: nothing regressed; 1: head regressed; 2: anything else.",
     )
@@ -107,7 +110,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--footprints",
         type=Path,
-        default=REPO / "tests" / "footprints.json",
         metavar="PATH",
         help="the footprints file --select change reads (default: tests/footprints.json)",
     )
@@ -135,10 +137,12 @@ def check_shard(text: str | None) -> tuple[int, int] | None:
     return int(match[1]), int(match[2])
 
 
-def parse_args(argv: Sequence[str]) -> Options:
+def parse_args(argv: Sequence[str], prog: str = PROG) -> Options:
     argv = list(argv)
     ours, pytest_args = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
-    args = build_parser().parse_args(ours)
+    args = build_parser(prog).parse_args(ours)
+    if REPO is None:
+        raise GateError(checkout.NOT_FOUND)
     check_pytest_args(pytest_args)
     return Options(
         base=check_peft_spec("base", args.base),
@@ -151,7 +155,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         rerun_failed=args.rerun_failed,
         chart=args.chart,
         select=args.select,
-        footprints=args.footprints.expanduser().resolve(),
+        footprints=(args.footprints or REPO / "tests" / "footprints.json").expanduser().resolve(),
         shard=check_shard(args.shard),
         sides_in_parallel=args.sides_in_parallel,
         pytest_args=tuple(pytest_args),
@@ -278,12 +282,17 @@ class Side:
     work: Path  # this side's venv and caches
 
     @property
+    def scratch(self) -> ScratchVenv:
+        # Per side and per run, its compile caches too: compiled artifacts of one PEFT must never serve the other.
+        return ScratchVenv(self.work / "venv", caches=self.work)
+
+    @property
     def venv(self) -> Path:
-        return self.work / "venv"
+        return self.scratch.path
 
     @property
     def python(self) -> Path:
-        return self.venv / "bin" / "python"
+        return self.scratch.python
 
     @property
     def report(self) -> Path:
@@ -298,19 +307,9 @@ class Side:
         return self.out / f"{self.name}-install.log"
 
     def env(self, snapshot: Path) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in CALLER_ONLY_ENV}
-        env.update(
-            VIRTUAL_ENV=str(self.venv),
-            PATH=f"{self.venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-            PYTHONPATH=str(snapshot),
-            PYTHONNOUSERSITE="1",
-            PIP_DISABLE_PIP_VERSION_CHECK="1",
-            PIP_NO_INPUT="1",
-            # Per side and per run: compiled artifacts of one PEFT must never serve the other.
-            TORCHINDUCTOR_CACHE_DIR=str(self.work / "inductor-cache"),
-            TRITON_CACHE_DIR=str(self.work / "triton-cache"),
-        )
-        return env
+        """The caller's environment without its interpreter, pip and cache settings (gate_tools.venv); the side's
+        Python imports the snapshot of the checkout."""
+        return self.scratch.env(PYTHONPATH=str(snapshot))
 
 
 def _pip_install(shell: Shell, side: Side, env: dict[str, str], what: str, args: Sequence[str]) -> None:
@@ -330,7 +329,7 @@ def install(shell: Shell, side: Side, opts: Options, snapshot: Path, torch_spec:
     """A fresh venv with torch_spec, the gate's dependencies and the side's PEFT; returns (torch, peft) versions."""
     env = side.env(snapshot)
     say(f"{side.name}: installing {torch_spec}, the gate and {side.spec!r} (log: {shown(side.install_log)})")
-    if shell.run([sys.executable, "-m", "venv", side.venv], log=side.install_log, env=env) != 0:
+    if shell.run(side.scratch.create_command(), log=side.install_log, env=env) != 0:
         raise GateError(f"{side.name}: could not create a virtualenv in {side.venv} (see {shown(side.install_log)})")
     index = ["--index-url", opts.torch_index_url] if opts.torch_index_url else []
     _pip_install(shell, side, env, torch_spec, [*index, *(["--pre"] if opts.torch_pre else []), torch_spec])
@@ -583,9 +582,9 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     return status
 
 
-def main(argv: Sequence[str] | None = None, shell: Shell | None = None) -> int:
+def main(argv: Sequence[str] | None = None, shell: Shell | None = None, prog: str = PROG) -> int:
     try:
-        opts = parse_args(sys.argv[1:] if argv is None else argv)
+        opts = parse_args(sys.argv[1:] if argv is None else argv, prog)
         work, temporary = _work_dir(opts)
         try:
             return gate(opts, shell or Shell(), work)

@@ -1,0 +1,151 @@
+"""Mark the failed cases of compile reports as known failures in the budgets file, each with the reason the run
+gave: where Dynamo hit its recompile limit (frame, phase, last failing guard), the error a case raised, or the
+first check it failed (outputs differ from eager, a saved adapter is missing keys).
+
+    pytest --full-matrix -k "lifecycle" --update-budgets --compile-report out/lifecycle.json
+    python scripts/record_known_failures.py out/lifecycle.json            # what it would mark
+    python scripts/record_known_failures.py out/lifecycle.json --write    # mark them
+
+Run it after recording a new part of the matrix, never to silence a regression: a known failure holds only what its
+known_* field names (from the report's fields: the frame at the limit, the type raised, the check's name), xfails
+while that happens and fails the run once it no longer does. Rewrite each reason in your own words before
+committing. Cases over budget are not marked (record their budget with
+--update-budgets). An existing known_failure is kept. Exit status: 0, or 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+from compile_audit.budgets import Budget, BudgetFile, BudgetFileError
+from compile_audit.files import exclusive
+from compile_audit.normalize import without_ids
+from compile_audit.report import read_cases
+from compile_audit.verdict import limit_frame
+from gate_tools import checkout
+
+ROOT = checkout.find() or Path()  # the budgets file of the checkout, else of the current directory
+COMPILE_ID = re.compile(r"^\d+/\d+: ")
+
+
+def limit_reason(case: dict) -> str | None:
+    hits = (case.get("recompiles") or {}).get("limit_hits") or []
+    if not hits:
+        return None
+    first = hits[0]
+    guard = without_ids(COMPILE_ID.sub("", first["last_guard"]))
+    more = f" (and {len(hits) - 1} more frame(s))" if len(hits) > 1 else ""
+    return (
+        f"Dynamo hits its {first['limit']} on {first['frame']} in {first['phase']} and runs it eagerly from then "
+        f"on{more}; last failing guard {guard}"
+    )
+
+
+def error_reason(case: dict) -> str | None:
+    """The exception line of a case that raised, e.g. 'RuntimeError: ...'."""
+    lines = [line.strip() for line in (case.get("message") or "").splitlines() if line.strip()]
+    errors = [line.removeprefix("E ").strip() for line in lines if line.startswith("E ")]
+    raised = [line for line in errors if re.match(r"^[\w.]+(Error|Exception|Unsupported)\b", line)]
+    # A distributed case's rank raised in its own process: the test raises RankFailed, the type a known failure must
+    # name to hold the crash (compile_gate.plugin._known_crash); the rank's own error says why.
+    if any(re.match(r"^[\w.]*RankFailed\b", line) for line in errors):
+        return f"raises RankFailed: {raised[0][:400] if raised else 'a rank failed'}"
+    if raised:
+        return f"raises {raised[0][:400]}"
+    return None
+
+
+BUDGET_PROBLEMS = ("over budget", "tighten the budget", "not in the budget")
+
+
+def check_reason(case: dict) -> str | None:
+    """The first failed check of the verdict ('- ...' lines), unless a budget problem is among them: those get a
+    budget (--update-budgets), not a known failure."""
+    problems = [line[2:].strip() for line in (case.get("message") or "").splitlines() if line.startswith("- ")]
+    if not problems or any(text in line for line in problems for text in BUDGET_PROBLEMS):
+        return None
+    return f"fails: {problems[0][:400]}"
+
+
+def reason_for(case: dict) -> str | None:
+    """Why a failed case failed, or None when the report gives no reason a known failure could quote."""
+    return limit_reason(case) or error_reason(case) or check_reason(case)
+
+
+BUDGET_KINDS = ("over budget", "new signature", "tighten")
+
+
+def held_by(case: dict) -> tuple[str, str] | None:
+    """The known_* field that would hold the case's failure, from the report's fields (never its message): the one
+    frame at the recompile limit, the type it raised, or the one check it failed; None when a budget problem is
+    among its problems (that gets a budget) or its failures are of more than one kind."""
+    hits = (case.get("recompiles") or {}).get("limit_hits") or []
+    frames = {limit_frame(str(hit.get("frame", ""))) for hit in hits}
+    if len(frames) == 1:
+        return "known_recompile_limit", frames.pop()
+    if frames:
+        return None
+    if case.get("raised"):
+        return "known_raises", str(case["raised"])
+    problems = case.get("problems") or []
+    if not problems or any(p.get("kind") in BUDGET_KINDS for p in problems):
+        return None
+    names = {name for p in problems for name in p.get("names") or ()}
+    return ("known_check", names.pop()) if len(names) == 1 else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scripts/record_known_failures.py",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("reports", nargs="+", help="compile reports (--compile-report)")
+    parser.add_argument("--budgets", default=str(ROOT / "tests" / "compile_budgets.toml"))
+    parser.add_argument("--write", action="store_true", help="write the entries (default: print them)")
+    args = parser.parse_args(argv)
+    try:
+        cases = [case for path in args.reports for case in read_cases(path).cases]
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    marks, unmarked = {}, []
+    for case in cases:
+        if case.get("status") not in ("failed", "error"):
+            continue
+        reason, held = reason_for(case), held_by(case)
+        if reason and held:
+            marks[case["id"]] = (reason, held)
+        else:
+            unmarked.append(case["id"])
+    try:
+        with exclusive(Path(args.budgets)):
+            budgets = BudgetFile.load(Path(args.budgets), missing_ok=True)
+            added = []
+            for case_id, (reason, (field, value)) in sorted(marks.items()):
+                previous = budgets.entries.get(case_id)
+                if previous is not None and previous.known_failure:
+                    continue
+                budgets.entries[case_id] = dataclasses.replace(
+                    previous or Budget(), known_failure=reason, recorded=True, **{field: value}
+                )
+                added.append(case_id)
+                print(f"{case_id}: {field} = {value!r}: {reason}")
+            if args.write and added:
+                budgets.write()
+    except BudgetFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    verb = "marked" if args.write else "would mark"
+    print(f"{verb} {len(added)} known failure(s) in {args.budgets}")
+    for case_id in unmarked:
+        print(f"not marked (over budget, or no reason found; see its message): {case_id}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

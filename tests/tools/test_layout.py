@@ -1,0 +1,37 @@
+"""The tools' place in the one-way dependencies (docs/architecture.md): gate_tools imports compile_audit and nothing of
+the zoo, the plugin or the tests; nothing of compile_audit, compile_gate or bench_models imports gate_tools."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def imported(package: str) -> dict[str, set[str]]:
+    """Each module file of the package -> the top-level packages it imports (absolute imports)."""
+    found = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+        found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+@pytest.mark.parametrize("package", ["compile_audit", "compile_gate", "bench_models"])
+def test_nothing_below_the_tools_imports_them(package):
+    assert not {path: names for path, names in imported(package).items() if "gate_tools" in names}
+
+
+def test_the_tools_import_compile_audit_and_nothing_of_the_zoo_the_plugin_or_the_tests():
+    modules = imported("gate_tools")
+    assert modules, "no gate_tools package"
+    wrong = {path: names & {"bench_models", "compile_gate", "tests", "scripts"} for path, names in modules.items()}
+    assert not {path: names for path, names in wrong.items() if names}

@@ -4,19 +4,11 @@ Everything is built from configs with random weights; nothing is downloaded. Thi
 compile_audit or pytest.
 """
 
-from .methods import (
-    EXCLUDED_PEFT_TYPES,
-    METHODS,
-    OPERATIONS,
-    Method,
-    add_adapter,
-    build_peft_model,
-    get_method,
-    operation_skip_reason,
-    peft_lacks,
-    skip_reason,
-)
+from .installed_peft import peft_lacks
+from .methods import EXCLUDED_PEFT_TYPES, METHODS, OPERATIONS, Method, get_method
 from .models import MODELS, ModelSpec, build_base_model, get_spec, library_versions
+from .peft_models import add_adapter, build_peft_model
+from .skip_reasons import operation_skip_reason, skip_reason
 from .slices import CORE_METHODS
 from .workloads import eval_step, make_batch, make_optimizer, train_step
 

@@ -6,7 +6,8 @@ import weakref
 
 import torch
 
-from .methods import NUM_TASKS, get_method
+from .config_builders import NUM_TASKS
+from .methods import get_method
 from .models import CAUSAL_LM, get_spec
 
 # Token ids below this are kept free for pad/bos/eos.

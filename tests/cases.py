@@ -187,7 +187,7 @@ def operation_of(scenario: str) -> str | None:
 
 def _supports(method: str, scenario: str) -> bool:
     operation = SCENARIOS[scenario]
-    return operation is None or operation in METHODS[method].operations
+    return operation is None or METHODS[method].supports(operation)
 
 
 def _resolve(methods: tuple[str, ...]) -> list[str]:

@@ -35,7 +35,7 @@ def _adapter_config(case):
 
 @pytest.mark.scenario("inject-compiled")
 def test_inject_into_compiled_peft_model(case, device, make_peft_model, case_audit, tmp_path):
-    if "multi-adapter" not in bench_models.get_method(case.method).operations:
+    if not bench_models.get_method(case.method).supports("multi-adapter"):
         pytest.skip(f"PEFT does not support a second {case.method} adapter")
     tolerance = case.tolerance
     batch = make_batch(case.model, case.method, seq_len=8, device=device)

@@ -13,6 +13,8 @@ import peft
 import pytest
 
 from bench_models import EXCLUDED_PEFT_TYPES, METHODS, MODELS, operation_skip_reason, peft_lacks, skip_reason
+from bench_models.methods import ZOO_RULES
+from bench_models.skip_reasons import unknown_selectors
 from tests.cases import SCENARIOS, cases_for
 
 TINY = [key for key, spec in MODELS.items() if spec.cpu_matrix]
@@ -60,6 +62,34 @@ def test_every_method_of_an_exported_peft_type_is_buildable():
         if peft_lacks(model, name)
     }
     assert not lacking, f"peft {peft.__version__} exports their PeftType, yet the registry says: {lacking}"
+
+
+def test_every_cannot_run_selector_names_an_architecture_task_or_operation():
+    """A misspelt selector ("merge", "llama2") would otherwise rule out nothing."""
+    tables = {"ZOO_RULES": ZOO_RULES} | {name: method.cannot_run for name, method in METHODS.items()}
+    wrong = {name: unknown_selectors(table) for name, table in tables.items() if unknown_selectors(table)}
+    assert not wrong, f"selectors that name no architecture, task or operation of the zoo: {wrong}"
+
+
+@pytest.mark.selftest
+def test_a_misspelt_selector_fails_the_selector_check():
+    cannot_run = {"merge": "typo", ("llama2", "hotswap"): "typo", ("bert", "generate"): "ok", "bert": "ok"}
+    assert unknown_selectors(cannot_run) == ["merge", ("llama2", "hotswap")]
+
+
+def test_cannot_run_reasons_are_in_the_skip_messages():
+    assert skip_reason("bert-tiny", "shadow") == "shadow does not support task seq-cls (supports: causal-lm)"
+    assert skip_reason("bert-tiny", "prefix-tuning") == (
+        "prefix-tuning on bert: PEFT's prefix tuning needs past_key_values, which BertModel.forward does not take"
+    )
+    assert operation_skip_reason("llama-tiny", "osf", "merge-unmerge") == (
+        "PEFT does not support merge-unmerge for osf: OSF models do not support unmerging"
+    )
+    assert operation_skip_reason("llama-tiny", "lora-bias", "merge-unmerge") == (
+        "merge-unmerge for lora-bias on llama: llama's linear layers have no bias to merge the bias adapter into"
+    )
+    assert operation_skip_reason("bert-tiny", "lora", "generate") == "generate needs a causal LM, bert-tiny is seq-cls"
+    assert operation_skip_reason("llama-tiny", "lora", "hotswap") is None
 
 
 # ------------------------------------------------------------------------------ a peft that lacks a method

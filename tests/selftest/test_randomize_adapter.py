@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import bench_models
+from bench_models import add_adapter
 from bench_models.lifecycle import randomize_adapter
-from bench_models.methods import add_adapter
 
 pytestmark = pytest.mark.selftest
 

@@ -1,0 +1,50 @@
+"""A method's PEFT model: the seeded base model wrapped by get_peft_model, and a second adapter added to it."""
+
+from __future__ import annotations
+
+import peft
+import torch
+
+from .methods import get_method
+from .models import build_base_model, get_spec
+from .skip_reasons import skip_reason
+
+
+def build_peft_model(
+    model_key: str,
+    method_name: str,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+    adapter_name: str = "default",
+    rank: int | None = None,
+    dropout: float | None = None,
+    num_layers: int | None = None,
+):
+    """Base model (``num_layers`` overrides its depth) + get_peft_model, seeded (the adapter init too), in train
+    mode."""
+    spec = get_spec(model_key)
+    method = get_method(method_name)
+    reason = skip_reason(model_key, method_name)
+    if reason:
+        raise ValueError(f"cannot build {method_name} on {model_key}: {reason}")
+    base = build_base_model(model_key, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
+    for attr, value in method.base_config_overrides.items():
+        setattr(base.config, attr, value)
+    config = method.make_config(spec, rank=rank, dropout=dropout)
+    torch.manual_seed(seed)
+    model = peft.get_peft_model(base, config, adapter_name=adapter_name)
+    model.to(device)
+    return model.train()
+
+
+def add_adapter(peft_model, model_key: str, method_name: str, adapter_name: str, *, seed=1, rank=None, dropout=None):
+    """Add a second adapter of the same method (multi-adapter scenarios); the active adapter is unchanged."""
+    method = get_method(method_name)
+    if not method.supports("multi-adapter"):
+        raise NotImplementedError(f"PEFT does not support multiple {method_name} adapters ({method.note})")
+    config = method.make_config(get_spec(model_key), rank=rank, dropout=dropout)
+    torch.manual_seed(seed)
+    peft_model.add_adapter(adapter_name, config)
+    return peft_model

@@ -29,7 +29,8 @@ def test_every_peft_type_has_a_case_or_an_exclusion():
     missing = uncovered_peft_types(peft.PeftType, METHODS, EXCLUDED_PEFT_TYPES)
     assert not missing, (
         f"peft {peft.__version__} exports PeftType(s) with no compile case: {missing}. Add a Method to "
-        "bench_models/methods.py (sized for the tiny models) or an entry with the reason in EXCLUDED_PEFT_TYPES."
+        "bench_models/methods.py (sized for the tiny models) or an entry with the reason in EXCLUDED_PEFT_TYPES:"
+        " docs/extending.md, 'A new PEFT method, step by step'."
     )
 
 

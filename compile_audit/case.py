@@ -95,13 +95,15 @@ class CaseAudit:
         if problem:
             self.checks.append((check, problem))
 
-    def verdict(self, *, where: str = "budgets file", strict_ratchet: bool = True, updating: bool = False) -> Verdict:
+    def verdict(
+        self, *, where: str = "budgets file", on_recorded_versions: bool = True, updating: bool = False
+    ) -> Verdict:
         return judge(
             self.case_id,
             self.result,
             self.budget,
             checks=self.checks,
             where=where,
-            strict_ratchet=strict_ratchet,
+            on_recorded_versions=on_recorded_versions,
             updating=updating,
         )

@@ -12,6 +12,10 @@ Problems, in the order a failure message lists them:
 - ``TIGHTEN``: the ratchet; the case beat its budget (counts or vanished signatures). A failure when
   the installed versions equal those the budgets file records, else a warning.
 
+On versions other than those the budget was recorded with, ``NEW_SIGNATURE`` is a warning too: upstream rewords
+and reclassifies breaks between releases (torch 2.14 renamed "Missing tp_iternext", and its graph-break id), so a
+budget's signatures name what its own versions report. The counts bind on every version.
+
 With ``updating`` (``--update-budgets``) the budget's own problems (over, new signature, tighten)
 are not failures: the budget is being rewritten from this run.
 
@@ -232,13 +236,13 @@ def judge(
     *,
     checks: Sequence[str | tuple[str, str]] = (),
     where: str = "budgets file",
-    strict_ratchet: bool = True,
+    on_recorded_versions: bool = True,
     updating: bool = False,
 ) -> Verdict:
     """The case's verdict. ``checks``: the scenario's own failed checks, each a text or (check name, text);
     ``where``: the budget entry's
-    ``file:line`` (or why the default applies); ``strict_ratchet``: the installed versions equal those the
-    budgets file records."""
+    ``file:line`` (or why the default applies); ``on_recorded_versions``: the installed versions equal those the
+    budget was recorded with (else the ratchet and new signatures warn)."""
     counts = compare(observed(result), budget)
     limit = _recompile_limit(result)
     candidates = [
@@ -251,9 +255,10 @@ def judge(
     ]
     problems = [p for p in candidates if p is not None and not (updating and p.kind in BUDGET_KINDS)]
     warnings = []
-    if not strict_ratchet:
-        warnings = [p.text for p in problems if p.kind is Kind.TIGHTEN]
-        problems = [p for p in problems if p.kind is not Kind.TIGHTEN]
+    if not on_recorded_versions:
+        warned = {Kind.TIGHTEN, Kind.NEW_SIGNATURE}
+        warnings = [f"{p.text} (recorded on other versions)" for p in problems if p.kind in warned]
+        problems = [p for p in problems if p.kind not in warned]
     if budget.known_failure:
         return _judge_known_failure(case_id, result, budget, problems, where, tuple(warnings))
     if not problems:

@@ -272,7 +272,7 @@ def _judge(item: pytest.Item, audit: CaseAudit, leaked: list[str]) -> None:
     case = item.funcargs["case"]
     verdict = audit.verdict(
         where=session.where(audit.case_id),
-        strict_ratchet=session.strict_ratchet(case.tier, audit.case_id),
+        on_recorded_versions=session.on_recorded_versions(case.tier, audit.case_id),
         updating=session.updating,
     )
     item.stash[PROBLEMS] = [

@@ -44,8 +44,9 @@ class GateSession:
     def where(self, case_id: str) -> str:
         return self.budget_file.where(case_id, relative_to=self.rootpath)
 
-    def strict_ratchet(self, tier: str, case_id: str | None = None) -> bool:
-        """The ratchet fails only on the versions the case's budget was recorded with; elsewhere it warns."""
+    def on_recorded_versions(self, tier: str, case_id: str | None = None) -> bool:
+        """Whether the installed versions are those the case's budget was recorded with: only there do the ratchet
+        and the budget's signatures fail the case; elsewhere they warn."""
         return self.budget_file.versions_match(tier, gated(self.versions), case_id)
 
     def ingest(self, report: pytest.TestReport) -> None:

@@ -85,8 +85,25 @@ def test_beaten_budget_asks_to_tighten():
     assert problem.kind is Kind.TIGHTEN
     assert problem.text.startswith("tighten the budget (tests/compile_budgets.toml:7)")
     assert "graph breaks: 0 < budget 2" in problem.text
-    verdict = audit.verdict(strict_ratchet=False)  # other versions than the file records
+    verdict = audit.verdict(on_recorded_versions=False)  # other versions than the file records
     assert verdict.status == "passed" and "tighten the budget" in verdict.warnings[0]
+
+
+def test_a_new_signature_fails_on_the_recorded_versions_and_warns_on_others():
+    """Upstream rewords breaks between releases: on other versions the counts bind, the signatures warn."""
+    other = "tests/selftest/toys.py in forward: a reason worded by another torch"
+    budget = Budget(graph_breaks=1, note="the toy's branch", break_signatures=(other,), line=3, recorded=True)
+    audit = CaseAudit("toy/branch/forward", budget)
+    audit.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
+    verdict = audit.verdict()
+    assert verdict.status == "failed" and Kind.NEW_SIGNATURE in {p.kind for p in verdict.problems}
+    verdict = audit.verdict(on_recorded_versions=False)
+    assert verdict.status == "passed"
+    assert any("new graph break" in w and "recorded on other versions" in w for w in verdict.warnings)
+    over = CaseAudit("toy/branch/forward", Budget(note="none allowed", line=3, recorded=True))
+    over.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
+    verdict = over.verdict(on_recorded_versions=False)
+    assert verdict.status == "failed" and "graph breaks: 1 > budget 0" in verdict.message
 
 
 def test_compare_over_and_under():

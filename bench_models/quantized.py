@@ -133,4 +133,17 @@ def _bnb_4bit(model, *, quant_type: str, device: torch.device, dtype: torch.dtyp
         loaded = type(model).from_pretrained(
             folder, quantization_config=config, dtype=compute_dtype, device_map={"": str(device)}
         )
+    if device.type == "cpu":
+        _same_kernel_on_every_cpu(loaded)
     return loaded.train()
+
+
+def _same_kernel_on_every_cpu(model) -> None:
+    """bitsandbytes repacks a 4-bit weight for its AVX512-BF16 CPU kernel in the first no-grad forward, on CPUs
+    that have the instruction only, and the repacked weight changes shape under Dynamo's guards
+    (docs/upstream-findings.md, 8). Pinned off, a case compiles the same code, and gets one verdict, on every CPU."""
+    import bitsandbytes as bnb
+
+    for module in model.modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            module.support_avx512bf16_for_cpu = False

@@ -11,6 +11,7 @@ import torch._dynamo
 
 from compile_audit.dynamic import dynamic_shapes
 from compile_audit.locations import location
+from compile_audit.normalize import normalize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +37,7 @@ class GraphBreak:
 
         A budget records the signatures it allows, so a new break fails even when the count stays the same.
         """
-        return f"{self.location.rsplit(':', 1)[0]} in {self.function}: {self.kind}"
+        return f"{self.location.rsplit(':', 1)[0]} in {normalize(self.function)}: {self.kind}"
 
 
 @dataclasses.dataclass

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 
 _LINE_NUMBER = re.compile(r"(\.py):\d+")
+# Dynamo names the frame that resumes after a break by the break's line: torch_dynamo_resume_in_forward_at_201.
+_RESUME_LINE = re.compile(r"\b(torch_dynamo_resume_in_\w+?)_at_\d+\b")
 _COMPILE_ID = re.compile(r"\b\d+/\d+\b")
 # Object ids (id(obj), 12+ digits in CPython) and addresses; 5 digits already rule out small constants.
 _ID_OR_ADDRESS = re.compile(r"0x[0-9a-fA-F]+|\b\d{5,}\b")
@@ -15,6 +17,11 @@ def without_ids(text: str) -> str:
     return _ID_OR_ADDRESS.sub("<id>", text)
 
 
+def without_lines(text: str) -> str:
+    """No ``file.py:LINE`` and no line in a resume function's name."""
+    return _RESUME_LINE.sub(r"\1", _LINE_NUMBER.sub(r"\1", text))
+
+
 def normalize(text: str) -> str:
-    """No line numbers, compile ids, object ids or addresses."""
-    return without_ids(_COMPILE_ID.sub("<compile>", _LINE_NUMBER.sub(r"\1", text))).strip()
+    """No line numbers (a resume function's included), compile ids, object ids or addresses."""
+    return without_ids(_COMPILE_ID.sub("<compile>", without_lines(text))).strip()

@@ -33,6 +33,7 @@ import enum
 from collections.abc import Sequence
 
 from compile_audit.budgets import KNOWN_FAILURE_KINDS, Budget, Observed, compare
+from compile_audit.normalize import normalize
 from compile_audit.result import AuditResult
 
 MAX_LISTED = 15  # recompiles listed in a failure message; the JSON report has all
@@ -64,8 +65,9 @@ class Problem:
 
 
 def limit_frame(frame: str) -> str:
-    """A frame at the limit as a known failure names it: without its line, which moves with every edit."""
-    return frame.rsplit(":", 1)[0] if frame.rsplit(":", 1)[-1].isdigit() else frame
+    """A frame at the limit as a known failure names it: without its line (a resume function's included), which
+    moves with every edit."""
+    return normalize(frame)
 
 
 def holds(budget: Budget, problem: Problem) -> bool:
@@ -119,6 +121,7 @@ def _over_budget(result: AuditResult, budget: Budget, over: list[str], where: st
             section.append(f"  ... {hidden} more recompiles (all of them in --compile-report)")
     if budget.note:
         section.append(f"budget note: {budget.note}")
+    section += [f"budget {why}" for why in budget.explained_by]
     return Problem(Kind.OVER_BUDGET, "\n".join(section))
 
 

@@ -22,7 +22,6 @@ from compile_audit.budgets import BudgetFile, BudgetFileError
 from compile_audit.case import CaseAudit, KnownFailureConfirmed
 from compile_audit.footprint import FootprintRecorder
 from compile_audit.footprint import active as footprint_active
-from compile_audit.notes import auto_note
 from compile_audit.report import summary_table
 from compile_audit.verdict import observed
 from compile_gate import hookspecs
@@ -281,7 +280,7 @@ def _judge(item: pytest.Item, audit: CaseAudit, leaked: list[str]) -> None:
     for warning in verdict.warnings:
         item.warn(pytest.PytestWarning(f"{audit.case_id}: {warning}"))
     if (session.updating or session.record_path) and audit.result.audited and verdict.feeds_budget:
-        proposal = session.budget_file.proposal(audit.case_id, observed(audit.result), auto_note(audit.result))
+        proposal = session.budget_file.proposal(audit.case_id, observed(audit.result))
         item.user_properties.append((PROPOSAL, (audit.case_id, proposal.to_dict())))
     if leaked:  # whatever the verdict, a known failure included
         failed = f"{verdict.message}\n" if verdict.status == "failed" else ""

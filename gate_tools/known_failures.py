@@ -23,10 +23,11 @@ from pathlib import Path
 
 from compile_audit.budgets import Budget, BudgetFile, BudgetFileError
 from compile_audit.files import exclusive
-from compile_audit.normalize import without_ids
+from compile_audit.normalize import normalize, without_ids
 from compile_audit.report import read_cases
 from compile_audit.verdict import limit_frame
 from gate_tools import checkout
+from gate_tools.stable_text import stable
 
 ROOT = checkout.find() or Path()  # the budgets file of the checkout, else of the current directory
 COMPILE_ID = re.compile(r"^\d+/\d+: ")
@@ -40,8 +41,8 @@ def limit_reason(case: dict) -> str | None:
     guard = without_ids(COMPILE_ID.sub("", first["last_guard"]))
     more = f" (and {len(hits) - 1} more frame(s))" if len(hits) > 1 else ""
     return (
-        f"Dynamo hits its {first['limit']} on {first['frame']} in {first['phase']} and runs it eagerly from then "
-        f"on{more}; last failing guard {guard}"
+        f"Dynamo hits its {first['limit']} on {limit_frame(first['frame'])} and runs it eagerly from then "
+        f"on{more}; last failing guard {normalize(guard)}"
     )
 
 
@@ -68,7 +69,7 @@ def check_reason(case: dict) -> str | None:
     problems = [line[2:].strip() for line in (case.get("message") or "").splitlines() if line.startswith("- ")]
     if not problems or any(text in line for line in problems for text in BUDGET_PROBLEMS):
         return None
-    return f"fails: {problems[0][:400]}"
+    return f"fails: {stable(problems[0][:400])}"
 
 
 def reason_for(case: dict) -> str | None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from compile_audit.budgets import AUTO_NOTE_PREFIX, Budget, BudgetFile, BudgetFileError, Observed, compare
+from compile_audit.budgets import Budget, BudgetFile, BudgetFileError, Observed, compare
 from compile_audit.case import CaseAudit
 from compile_audit.verdict import Kind
 from compile_gate.session import GateSession
@@ -56,6 +57,12 @@ def test_round_trip_keeps_entries_and_lines(tmp_path):
         ('[cases."a/b/c"]\ngraph_breaks = 0\nbreaks = 1\n', ":1: entry 'a/b/c': unknown key(s) ['breaks']"),
         ('[cases."a/b/c"]\nrecompiles = 0\nunexpected_recompiles = 1\nnote = "x"\n', "is more than recompiles=0"),
         ("[budgets]\nx = 1\n", "unknown top-level table(s) ['budgets']"),
+        (
+            '[cases."a/b/c"]\ngraph_breaks = 1\nbreak_signatures = ["a.py in f: print"]\n',
+            ":1: entry 'a/b/c': graph_breaks=1, unexpected_recompiles=0 but no note; no cause names ['a.py in f: p",
+        ),
+        ('[causes.x]\nnote = "why"\nsignatures = []\n', ":1: cause 'x': signatures is empty"),
+        ('[causes.x]\nnote = "why"\nwhy = 1\nsignatures = ["a"]\n', ":1: cause 'x': unknown key(s) ['why']"),
         ('[cases."a/b/c"]\nknown_failure = 1\n', ":1: entry 'a/b/c': known_failure must be a string"),
     ],
     ids=[
@@ -65,6 +72,9 @@ def test_round_trip_keeps_entries_and_lines(tmp_path):
         "unknown-key",
         "unexpected-above-total",
         "unknown-table",
+        "no-note-no-cause",
+        "cause-names-nothing",
+        "cause-unknown-key",
         "known-not-str",
     ],
 )
@@ -112,17 +122,68 @@ def test_compare_over_and_under():
     assert verdict.under == ["recompiles: 2 < budget 4"]
 
 
-def test_record_keeps_hand_written_notes_and_regenerates_automatic_ones(tmp_path):
+def test_record_keeps_a_hand_written_note_and_writes_none_itself(tmp_path):
     budgets = BudgetFile.load(_write(tmp_path, GOOD))
-    budgets.record("llama-tiny/loha/train-eval-train", Observed(6, 1, 0, ("a.py in f: print",)), auto_note="new reason")
+    budgets.record("llama-tiny/loha/train-eval-train", Observed(6, 1, 0, ("a.py in f: print",)))
     assert budgets.entries["llama-tiny/loha/train-eval-train"].break_signatures == ("a.py in f: print",)
     assert budgets.entries["llama-tiny/loha/train-eval-train"].note == "LoHa: data-dependent branching"
-    budgets.record("new/case/x", Observed(1, 0, 0), auto_note="print (a.py:1)")
-    assert budgets.entries["new/case/x"].note == AUTO_NOTE_PREFIX + "print (a.py:1)"
-    budgets.record("new/case/x", Observed(2, 0, 0), auto_note="item (b.py:2)")
-    assert budgets.entries["new/case/x"].note == AUTO_NOTE_PREFIX + "item (b.py:2)"
-    budgets.record("new/case/x", Observed(0, 1, 0), auto_note="")
+    budgets.record("new/case/x", Observed(1, 0, 0, ("a.py in f: print",)))
     assert budgets.entries["new/case/x"].note == ""
+
+
+CAUSED = """
+[causes.wrapper]
+note = "transformers' wrapper guards on its kwargs"
+link = "https://example.invalid/issue/1"
+signatures = ["wrapped_func at transformers/utils/deprecation.py: *"]
+
+[cases."a/b/c"]
+recompiles = 2
+unexpected_recompiles = 2
+recompile_signatures = [
+    "wrapped_func at transformers/utils/deprecation.py: len(kwargs) == 2",
+    "wrapped_func at transformers/utils/deprecation.py: kwargs['x'] size mismatch",
+]
+"""
+
+
+def test_a_cause_explains_the_signatures_it_names_in_every_case(tmp_path):
+    budgets = BudgetFile.load(_write(tmp_path, CAUSED))
+    entry = budgets.budget_for("a/b/c")
+    assert entry.explained_by == (
+        "cause 'wrapper': transformers' wrapper guards on its kwargs (https://example.invalid/issue/1)",
+    )
+    assert budgets.unexplained() == {} and budgets.unused_causes() == []
+    again = BudgetFile.load(_write(tmp_path, budgets.dumps()))
+    assert again.causes == {
+        name: dataclasses.replace(c, line=again.causes[name].line) for name, c in budgets.causes.items()
+    }
+
+
+def test_an_update_proposes_a_cause_and_leaves_its_note_to_a_person(tmp_path):
+    budgets = BudgetFile.load(_write(tmp_path, CAUSED))
+    seen = Observed(1, 0, 0, ("peft/tuners/x/layer.py in forward: Unsupported method call",))
+    budgets.apply({"a/b/new": budgets.proposal("a/b/new", seen)}, {"a/b/new": "cpu"}, {"torch": "2.13.0"})
+    proposed = budgets.causes["unexplained: peft/tuners/x/layer.py in forward"]
+    assert proposed.note == "" and proposed.signatures == seen.break_signatures
+    assert budgets.unexplained() == {"a/b/new": list(seen.break_signatures)}
+    reloaded = BudgetFile.load(_write(tmp_path, budgets.dumps()))  # the proposal loads; the review check fails on it
+    assert reloaded.unexplained() == {"a/b/new": list(seen.break_signatures)}
+    assert "not explained yet" in reloaded.budget_for("a/b/new").explained_by[0]
+
+
+def test_an_entry_that_says_only_the_default_is_not_written(tmp_path):
+    budgets = BudgetFile.load(_write(tmp_path, GOOD))
+    budgets.record("new/case/quiet", Observed(0, 1, 0))
+    text = budgets.dumps()
+    assert "new/case/quiet" not in text and "llama-tiny/loha/train-eval-train" in text
+    budgets.record("new/case/breaks", Observed(0, 2, 1, (), ("f at a.py: x",)))
+    written = budgets.dumps().split('[cases."new/case/breaks"]')[1].split("[cases.")[0]
+    assert written.splitlines()[1:] == [
+        "recompiles = 2",
+        "unexpected_recompiles = 1",
+        'recompile_signatures = ["f at a.py: x"]',
+    ]
 
 
 def test_stale_entries_are_listed(tmp_path):
@@ -194,7 +255,7 @@ def test_shards_updating_one_budgets_file_each_add_their_cases(tmp_path):
     path = _write(tmp_path, '[cases."kept"]\ngraph_breaks = 0\nrecompiles = 1\nunexpected_recompiles = 0\n')
     shards = [GateSession(BudgetFile.load(path), tmp_path, updating=True) for _ in range(2)]
     for shard, case_id in zip(shards, ("shard-1-case", "shard-2-case"), strict=True):
-        shard.proposals[case_id] = Budget(graph_breaks=0, recompiles=2, recorded=True)
+        shard.proposals[case_id] = Budget(graph_breaks=1, recompiles=2, note="why", recorded=True)
     for shard in shards:
         shard.finish(known_case_ids={"kept", "shard-1-case", "shard-2-case"})
     assert sorted(BudgetFile.load(path).entries) == ["kept", "shard-1-case", "shard-2-case"]
@@ -220,13 +281,13 @@ def test_a_partial_update_on_other_versions_changes_only_its_own_cases(tmp_path)
     path = tmp_path / "budgets.toml"
     path.write_text(PARTIAL)
     budgets = BudgetFile.load(path)
-    proposal = Budget(graph_breaks=0, recompiles=3, unexpected_recompiles=0, recorded=True)
+    proposal = Budget(graph_breaks=1, recompiles=3, note="why", recorded=True)
     budgets.apply({"a/b/updated": proposal}, {"a/b/updated": "cpu"}, {"torch": "2.13.0"})
     budgets.write()
     text = path.read_text()
     assert '[versions.cpu]\ntorch = "2.12.0"\n' in text  # the file's versions stay
-    kept = PARTIAL.split('[cases."a/b/updated"]')[0].split("\n\n", 1)[1]
-    assert kept in text  # the other entry, byte for byte
+    kept = PARTIAL.split('[cases."a/b/updated"]')[0].split("\n\n", 1)[1].rstrip("\n")
+    assert kept + "\n" in text  # the other entry, byte for byte
     reloaded = BudgetFile.load(path)
     assert reloaded.entries["a/b/updated"].recorded_with == (("torch", "2.13.0"),)
     assert reloaded.versions_match("cpu", {"torch": "2.13.0"}, "a/b/updated")

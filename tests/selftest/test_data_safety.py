@@ -28,7 +28,7 @@ def test_interrupted_budgets_write_leaves_the_old_file_intact(tmp_path, monkeypa
     path = tmp_path / "budgets.toml"
     path.write_text(ORIGINAL)
     budgets = BudgetFile.load(path)
-    budgets.entries["x/y/z"] = Budget(recorded=True)
+    budgets.entries["x/y/z"] = Budget(graph_breaks=1, note="why", recorded=True)
     monkeypatch.setattr(files.os, "fsync", _full_disk)  # the disk fills up mid-write
     with pytest.raises(OSError, match="No space left"):
         budgets.write()
@@ -50,7 +50,7 @@ def test_write_replaces_the_file_when_it_succeeds(tmp_path):
     path = tmp_path / "budgets.toml"
     path.write_text(ORIGINAL)
     budgets = BudgetFile.load(path)
-    budgets.entries["x/y/z"] = Budget(recorded=True)
+    budgets.entries["x/y/z"] = Budget(graph_breaks=1, note="why", recorded=True)
     budgets.write()
     assert set(BudgetFile.load(path).entries) == {"a/b/c", "x/y/z"}
     assert os.stat(path).st_size > len(ORIGINAL)

@@ -3,6 +3,8 @@ the run gave, nothing else."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from compile_audit.budgets import BudgetFile
@@ -63,7 +65,8 @@ def test_limit_hits_and_errors_are_marked_with_their_reasons_and_nothing_else(tm
     assert entries["opt-tiny/lora/inject-compiled-base"].known_check == "saved adapter"
     limit = entries["opt-tiny/frod/save-load"].known_failure
     assert limit.startswith("Dynamo hits its recompile_limit (8) on wrapped_func at transformers/utils/deprecation")
-    assert "in eval-1" in limit and "___check_type_id(args[0], <id>)" in limit and "10/7" not in limit
+    assert "___check_type_id(args[0], <id>)" in limit and "10/7" not in limit
+    assert "eval-1" not in limit and not re.search(r"\.py:\d", limit)  # no phase, no line: they move
     raised = entries["llama-tiny-bnb4/lora-dora/save-load"].known_failure
     assert raised == "raises RuntimeError: absmax must be float32, got torch.bfloat16"
     check = entries["opt-tiny/lora/inject-compiled-base"].known_failure

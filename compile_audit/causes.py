@@ -1,0 +1,75 @@
+"""Upstream causes: one explanation, written once, for the signatures it names across many cases.
+
+A cause is a ``[causes.<name>]`` table of the budgets file::
+
+    [causes.deprecation-wrapper]
+    note = "transformers' deprecate_kwarg wrapper guards on the call's kwargs: ..."   # a person's words
+    link = "https://github.com/huggingface/transformers/issues/..."                # optional
+    signatures = ["wrapped_func at transformers/utils/deprecation.py: *"]
+
+A pattern matches a break or recompile signature whole; ``*`` stands for any text and nothing else is special.
+A cause with an empty note is a proposal: ``--update-budgets`` writes one for each signature no cause explains,
+and a person writes its note (or folds its signatures into a cause that exists).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+
+PROPOSED_PREFIX = "unexplained: "  # the name --update-budgets gives a proposed cause
+
+
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
+
+
+def matches(pattern: str, signature: str) -> bool:
+    return _compiled(pattern).fullmatch(signature) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+    name: str
+    note: str  # "" for a proposal nobody has explained yet
+    signatures: tuple[str, ...]  # patterns
+    link: str = ""
+    line: int | None = None
+
+    @property
+    def explained(self) -> bool:
+        return bool(self.note)
+
+    def explains(self, signature: str) -> bool:
+        return any(matches(pattern, signature) for pattern in self.signatures)
+
+    def describe(self) -> str:
+        if not self.explained:
+            return f"cause {self.name!r}: not explained yet (a person writes its note)"
+        link = f" ({self.link})" if self.link else ""
+        return f"cause {self.name!r}: {self.note}{link}"
+
+
+def causes_of(signature: str, causes: dict[str, Cause]) -> list[Cause]:
+    return [cause for cause in causes.values() if cause.explains(signature)]
+
+
+def signature_site(signature: str) -> str:
+    """Where a signature points, for grouping proposals: a break's ``file in function``, a recompile's frame."""
+    head = signature.split(": ", 1)[0]
+    return head
+
+
+def propose(signatures: list[str], causes: dict[str, Cause]) -> dict[str, Cause]:
+    """Proposed causes (name -> cause) for the signatures no cause names yet, one per site, merged with the
+    proposals already in ``causes``."""
+    proposals: dict[str, Cause] = {}
+    for signature in sorted(set(signatures)):
+        if causes_of(signature, causes) or any(c.explains(signature) for c in proposals.values()):
+            continue
+        name = PROPOSED_PREFIX + signature_site(signature)
+        current = proposals.get(name) or causes.get(name) or Cause(name=name, note="", signatures=())
+        proposals[name] = dataclasses.replace(current, signatures=(*current.signatures, signature), line=None)
+    return proposals

@@ -58,8 +58,7 @@ def causes_of(signature: str, causes: dict[str, Cause]) -> list[Cause]:
 
 def signature_site(signature: str) -> str:
     """Where a signature points, for grouping proposals: a break's ``file in function``, a recompile's frame."""
-    head = signature.split(": ", 1)[0]
-    return head
+    return signature.split(": ", 1)[0]
 
 
 def propose(signatures: list[str], causes: dict[str, Cause]) -> dict[str, Cause]:

@@ -29,8 +29,8 @@ LEGEND = [
     "Each cell is one case (method × scenario on that model): `graph breaks / recompiles` of its compiled run.",
     "",
     "- ✅ clean: no graph break, no unexpected recompile (only the expected train/eval switch)",
-    "- ☑️ within budget: passes only because its graph breaks or unexpected recompiles are budgeted (see the note"
-    " in `tests/compile_budgets.toml`)",
+    "- ☑️ within budget: passes only because its graph breaks or unexpected recompiles are budgeted (see its note"
+    " or causes in `tests/compile_budgets.toml`)",
     "- ⚠️ failed: over its budget (or another check of the case failed)",
     "- ❌ error: the case crashed; the error is in the footnote (counts shown when the audit got that far)",
     "- ⏭ skipped: not run here; the reason is in the footnote",

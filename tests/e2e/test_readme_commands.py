@@ -32,6 +32,7 @@ ONE_CASE = "llama-tiny and lora/ and train-eval-train"
 FEW_CASES = "llama-tiny and not bnb4 and not int8 and (lora/ or ia3/ or prompt-tuning/ or vera/) and train-eval-train"
 TIMEOUT_S = 900
 SCENARIO_FILES = {str(path.relative_to(ROOT)) for path in (ROOT / "tests").glob("test_*.py")} - {
+    "tests/test_budgets_file.py",
     "tests/test_check_floor.py",
     "tests/test_registry.py",
 }

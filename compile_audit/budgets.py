@@ -12,15 +12,17 @@ Format (TOML, one table per cause and per case, diff-friendly; nothing in it hol
 
     [cases."llama-tiny/lora-dora/train-eval-train"]
     graph_breaks = 21               # most graph breaks allowed (default 0)
-    recompiles = 1                  # most recompiles allowed, expected ones included
-    unexpected_recompiles = 0       # how many of those may be unexpected (default 0)
+    unexpected_recompiles = 2       # most unexpected recompiles allowed (default 0)
+    expected_recompiles = 1         # most expected ones (the first train <-> eval switch; default 0 in an entry)
     break_signatures = ["peft/utils/integrations.py in dequantize_module_weight: Unsupported method call"]
     recompile_signatures = []       # (frame, guarded kind) of each unexpected recompile allowed
     ddp_splits = 1                  # most DDPOptimizer graph splits (bucket boundaries, not breaks; default 0)
     note = "..."                    # why, in a person's words, where no cause explains it
 
 A case without an entry gets the default: 0 graph breaks, 0 unexpected recompiles, 0 DDP splits, and any
-number of expected ones; an entry that says no more than that is not written. A non-zero ``graph_breaks``,
+number of expected ones; an entry that says no more than that is not written. An entry that records counts
+records the expected recompiles too (absent: 0), so a new expected one fails as well; an entry that records no
+count (a known failure's reason only) allows any number of them. A non-zero ``graph_breaks``,
 ``unexpected_recompiles`` or ``ddp_splits`` needs a note, or a cause for each signature it allows.
 A recorded entry allows only the break and unexpected-recompile signatures it lists (identity, not only
 counts): a new one fails even when the count is within budget.
@@ -40,8 +42,8 @@ from compile_audit.files import write_text_atomic
 
 _FIELDS = (
     "graph_breaks",
-    "recompiles",
     "unexpected_recompiles",
+    "expected_recompiles",
     "note",
     "known_failure",
     "known_raises",
@@ -54,6 +56,16 @@ _FIELDS = (
 )
 KNOWN_FAILURE_KINDS = ("known_raises", "known_recompile_limit", "known_check")
 KNOWN_FAILURE_FIELDS = ("known_failure", *KNOWN_FAILURE_KINDS)
+# An entry with any of these records what was counted, so its expected recompiles are bounded (absent: 0).
+_COUNT_FIELDS = (
+    "graph_breaks",
+    "unexpected_recompiles",
+    "expected_recompiles",
+    "ddp_splits",
+    "break_signatures",
+    "recompile_signatures",
+)
+ONE_LINE = 200  # an array that fits in this many characters is written on one line
 _TOML_ERROR_LINE = re.compile(r"at line (\d+)")
 
 
@@ -64,7 +76,8 @@ class BudgetFileError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Budget:
     graph_breaks: int = 0
-    recompiles: int | None = None  # None: only expected recompiles, any number of them
+    # All recompiles, expected ones included (the file stores expected_recompiles); None: any number of expected.
+    recompiles: int | None = None
     unexpected_recompiles: int = 0
     note: str = ""
     # A case PEFT cannot pass today (e.g. it recompiles forever): the reason, written by a person. It holds only
@@ -234,6 +247,11 @@ def _parse_entry(path: Path, case_id: str, raw: Any, line: int | None) -> Budget
     where = f"{path}:{line}: entry {case_id!r}"
     if not isinstance(raw, dict):
         raise BudgetFileError(f"{where}: expected a table of {', '.join(_FIELDS)}, got {raw!r}")
+    if "recompiles" in raw:
+        raise BudgetFileError(
+            f"{where}: recompiles is not a field; write expected_recompiles (recompiles - unexpected_recompiles:"
+            " the expected ones only)"
+        )
     unknown = sorted(set(raw) - set(_FIELDS))
     if unknown:
         raise BudgetFileError(f"{where}: unknown key(s) {unknown}; allowed keys are {list(_FIELDS)}")
@@ -250,16 +268,12 @@ def _parse_entry(path: Path, case_id: str, raw: Any, line: int | None) -> Budget
         )
     if named and not texts["known_failure"]:
         raise BudgetFileError(f"{where}: {named[0]} without known_failure (the reason, in a person's words)")
+    unexpected = _check_count(path, line, case_id, "unexpected_recompiles", raw.get("unexpected_recompiles", 0))
+    expected = _check_count(path, line, case_id, "expected_recompiles", raw.get("expected_recompiles", 0))
     budget = Budget(
         graph_breaks=_check_count(path, line, case_id, "graph_breaks", raw.get("graph_breaks", 0)),
-        recompiles=(
-            None
-            if raw.get("recompiles") is None
-            else _check_count(path, line, case_id, "recompiles", raw["recompiles"])
-        ),
-        unexpected_recompiles=_check_count(
-            path, line, case_id, "unexpected_recompiles", raw.get("unexpected_recompiles", 0)
-        ),
+        recompiles=unexpected + expected if any(name in raw for name in _COUNT_FIELDS) else None,
+        unexpected_recompiles=unexpected,
         **texts,
         break_signatures=_check_signatures(where, "break_signatures", raw.get("break_signatures", [])),
         recompile_signatures=_check_signatures(where, "recompile_signatures", raw.get("recompile_signatures", [])),
@@ -268,11 +282,6 @@ def _parse_entry(path: Path, case_id: str, raw: Any, line: int | None) -> Budget
         line=line,
         recorded=True,
     )
-    if budget.recompiles is not None and budget.unexpected_recompiles > budget.recompiles:
-        raise BudgetFileError(
-            f"{where}: unexpected_recompiles={budget.unexpected_recompiles} is more than "
-            f"recompiles={budget.recompiles}, which counts all recompiles"
-        )
     return budget
 
 
@@ -281,7 +290,7 @@ HEADER = (
     "# Written by `pytest --update-budgets`; notes, causes and known failures are a person's words, and kept.",
     "# A non-zero graph_breaks, unexpected_recompiles or ddp_splits needs a note, or a cause for each signature.",
     "# A case with no entry may have 0 breaks, 0 unexpected recompiles, any number of expected ones.",
-    "# recompiles counts all recompiles, expected ones (first train <-> eval switch) included.",
+    "# expected_recompiles (first train <-> eval switch, grad mode) is 0 where absent in an entry that counts.",
 )
 
 
@@ -296,10 +305,12 @@ def _entry_text(case_id: str, budget: Budget) -> list[str]:
     out = [f"[cases.{json.dumps(case_id)}]"]
     if budget.graph_breaks:
         out.append(f"graph_breaks = {budget.graph_breaks}")
-    if budget.recompiles is not None:
-        out.append(f"recompiles = {budget.recompiles}")
     if budget.unexpected_recompiles:
         out.append(f"unexpected_recompiles = {budget.unexpected_recompiles}")
+    expected = None if budget.recompiles is None else budget.recompiles - budget.unexpected_recompiles
+    counted = budget.graph_breaks or budget.unexpected_recompiles or budget.ddp_splits or budget.signatures
+    if expected or (expected == 0 and not counted):
+        out.append(f"expected_recompiles = {expected}")
     if budget.ddp_splits:
         out.append(f"ddp_splits = {budget.ddp_splits}")
     if budget.note:
@@ -316,10 +327,13 @@ def _entry_text(case_id: str, budget: Budget) -> list[str]:
 
 
 def _list_text(name: str, values: tuple[str, ...]) -> list[str]:
-    """One line for one value, else one value per line (a diff then shows the signature that changed)."""
+    """One line where it fits in ONE_LINE characters (or holds one value), else one value per line."""
     quoted = [json.dumps(value, ensure_ascii=False) for value in values]
-    if len(quoted) <= 1:
-        return [f"{name} = [{quoted[0]}]"] if quoted else []
+    if not quoted:
+        return []
+    one_line = f"{name} = [{', '.join(quoted)}]"
+    if len(quoted) == 1 or len(one_line) <= ONE_LINE:
+        return [one_line]
     return [f"{name} = [", *(f"    {value}," for value in quoted), "]"]
 
 

@@ -24,8 +24,7 @@ torch = "2.13.0"
 
 [cases."llama-tiny/loha/train-eval-train"]
 graph_breaks = 4
-recompiles = 1
-unexpected_recompiles = 0
+expected_recompiles = 1
 note = "LoHa: data-dependent branching"
 """
 
@@ -55,7 +54,10 @@ def test_round_trip_keeps_entries_and_lines(tmp_path):
             ":3: entry 'a/b/c': graph_breaks=2, unexpected_recompiles=0 but no note",
         ),
         ('[cases."a/b/c"]\ngraph_breaks = 0\nbreaks = 1\n', ":1: entry 'a/b/c': unknown key(s) ['breaks']"),
-        ('[cases."a/b/c"]\nrecompiles = 0\nunexpected_recompiles = 1\nnote = "x"\n', "is more than recompiles=0"),
+        (
+            '[cases."a/b/c"]\nrecompiles = 2\nnote = "x"\n',
+            ":1: entry 'a/b/c': recompiles is not a field; write expected_recompiles",
+        ),
         ("[budgets]\nx = 1\n", "unknown top-level table(s) ['budgets']"),
         (
             '[cases."a/b/c"]\ngraph_breaks = 1\nbreak_signatures = ["a.py in f: print"]\n',
@@ -138,7 +140,6 @@ link = "https://example.invalid/issue/1"
 signatures = ["wrapped_func at transformers/utils/deprecation.py: *"]
 
 [cases."a/b/c"]
-recompiles = 2
 unexpected_recompiles = 2
 recompile_signatures = [
     "wrapped_func at transformers/utils/deprecation.py: len(kwargs) == 2",
@@ -180,8 +181,8 @@ def test_an_entry_that_says_only_the_default_is_not_written(tmp_path):
     budgets.record("new/case/breaks", Observed(0, 2, 1, (), ("f at a.py: x",)))
     written = budgets.dumps().split('[cases."new/case/breaks"]')[1].split("[cases.")[0]
     assert written.splitlines()[1:] == [
-        "recompiles = 2",
         "unexpected_recompiles = 1",
+        "expected_recompiles = 1",
         'recompile_signatures = ["f at a.py: x"]',
     ]
 
@@ -252,7 +253,7 @@ def test_update_mode_fails_only_on_what_a_budget_cannot_hold():
 
 def test_shards_updating_one_budgets_file_each_add_their_cases(tmp_path):
     """Two runs started from the same file (shards side by side): the second writer keeps the first one's cases."""
-    path = _write(tmp_path, '[cases."kept"]\ngraph_breaks = 0\nrecompiles = 1\nunexpected_recompiles = 0\n')
+    path = _write(tmp_path, '[cases."kept"]\nexpected_recompiles = 1\n')
     shards = [GateSession(BudgetFile.load(path), tmp_path, updating=True) for _ in range(2)]
     for shard, case_id in zip(shards, ("shard-1-case", "shard-2-case"), strict=True):
         shard.proposals[case_id] = Budget(graph_breaks=1, recompiles=2, note="why", recorded=True)
@@ -266,14 +267,11 @@ torch = "2.12.0"
 
 [cases."a/b/kept"]
 graph_breaks = 1
-recompiles = 2
-unexpected_recompiles = 0
+expected_recompiles = 1
 note = "a hand-written note, kept byte for byte"
 
 [cases."a/b/updated"]
-graph_breaks = 0
-recompiles = 1
-unexpected_recompiles = 0
+expected_recompiles = 1
 """
 
 
@@ -296,3 +294,31 @@ def test_a_partial_update_on_other_versions_changes_only_its_own_cases(tmp_path)
     # Recorded again on the file's versions, the entry drops its own.
     reloaded.apply({"a/b/updated": proposal}, {"a/b/updated": "cpu"}, {"torch": "2.12.0"})
     assert reloaded.entries["a/b/updated"].recorded_with == ()
+
+
+def test_an_entry_that_counts_allows_only_the_expected_recompiles_it_records(tmp_path):
+    budgets = BudgetFile.load(
+        _write(
+            tmp_path,
+            '[cases."a/b/counts"]\ngraph_breaks = 1\nnote = "x"\n'
+            '[cases."a/b/eval"]\nexpected_recompiles = 1\n'
+            '[cases."a/b/raises"]\nknown_failure = "why"\nknown_raises = "KeyError"\n',
+        )
+    )
+    counts, one_expected, raises = (budgets.budget_for(f"a/b/{name}") for name in ("counts", "eval", "raises"))
+    assert compare(Observed(1, 1, 0), counts).over == ["recompiles: 1 > budget 0"]
+    assert compare(Observed(0, 2, 0), one_expected).over == ["recompiles: 2 > budget 1"]
+    assert compare(Observed(0, 5, 0), raises).over == []  # no count recorded: any number of expected ones
+
+
+def test_an_array_is_one_line_where_it_fits_else_one_signature_per_line(tmp_path):
+    budgets = BudgetFile.load(_write(tmp_path, GOOD))
+    short, long = ("f at a.py: x", "g at b.py: y"), ("f at a.py: " + "x" * 120, "g at b.py: " + "y" * 120)
+    for name, signatures in (("short", short), ("long", long)):
+        budgets.entries[f"a/b/{name}"] = Budget(
+            recompiles=2, unexpected_recompiles=2, recompile_signatures=signatures, note="why", recorded=True
+        )
+    text = budgets.dumps()
+    assert 'recompile_signatures = ["f at a.py: x", "g at b.py: y"]\n' in text
+    assert "recompile_signatures = [\n" + "".join(f'    "{s}",\n' for s in long) + "]\n" in text
+    assert BudgetFile.load(_write(tmp_path, text)).budget_for("a/b/long").recompile_signatures == long

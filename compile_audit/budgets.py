@@ -66,6 +66,7 @@ _COUNT_FIELDS = (
     "recompile_signatures",
 )
 ONE_LINE = 200  # an array that fits in this many characters is written on one line
+_CAUSE_FIELDS = ("note", "link", "signatures", "known_failures")
 _TOML_ERROR_LINE = re.compile(r"at line (\d+)")
 
 
@@ -97,6 +98,18 @@ class Budget:
     recorded: bool = False  # False when the case has no entry and the default applies
     # The causes that explain the entry's signatures (Cause.describe), derived from the file; not written.
     explained_by: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+    # The causes that explain its known failure where the entry gives no reason of its own; derived, not written.
+    known_because: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+
+    @property
+    def known(self) -> bool:
+        """Whether the entry is a known failure (it names what it holds)."""
+        return any(getattr(self, name) for name in KNOWN_FAILURE_KINDS)
+
+    @property
+    def known_reason(self) -> str:
+        """The known failure's reason: the entry's own, else the causes that name it."""
+        return self.known_failure or "; ".join(self.known_because)
 
     @property
     def signatures(self) -> tuple[str, ...]:
@@ -108,7 +121,7 @@ class Budget:
 
     def says_only_the_default(self) -> bool:
         """No break, unexpected recompile or split allowed, and nothing a person wrote: the default says it all."""
-        return not (self.above_zero or self.signatures or self.note or self.known_failure)
+        return not (self.above_zero or self.signatures or self.note or self.known)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -120,6 +133,7 @@ class Budget:
             data[name] = tuple(data.get(name, ()))
         data["recorded_with"] = tuple(tuple(pair) for pair in data.get("recorded_with", ()))
         data["explained_by"] = tuple(data.get("explained_by", ()))
+        data["known_because"] = tuple(data.get("known_because", ()))
         return cls(**data)
 
 
@@ -137,6 +151,15 @@ class Observed:
 class CountComparison:
     over: list[str]  # what exceeds the budget: a failure
     under: list[str]  # what beats the budget: "tighten the budget"
+
+
+def known_failure_identity(case_id: str, budget: Budget) -> str:
+    """What a cause's ``known_failures`` patterns match: ``<case id>: <what the known failure holds>``."""
+    if budget.known_raises:
+        return f"{case_id}: raises {budget.known_raises}"
+    if budget.known_recompile_limit:
+        return f"{case_id}: recompile limit at {budget.known_recompile_limit}"
+    return f"{case_id}: check {budget.known_check}"
 
 
 def compare(observed: Observed, budget: Budget) -> CountComparison:
@@ -206,26 +229,36 @@ def _check_versions(where: str, value: Any) -> tuple[tuple[str, str], ...]:
 def _parse_cause(path: Path, name: str, raw: Any, line: int | None) -> Cause:
     where = f"{path}:{line}: cause {name!r}"
     if not isinstance(raw, dict):
-        raise BudgetFileError(f"{where}: expected a table of note, link, signatures, got {raw!r}")
-    unknown = sorted(set(raw) - {"note", "link", "signatures"})
+        raise BudgetFileError(f"{where}: expected a table of {', '.join(_CAUSE_FIELDS)}, got {raw!r}")
+    unknown = sorted(set(raw) - set(_CAUSE_FIELDS))
     if unknown:
-        raise BudgetFileError(f"{where}: unknown key(s) {unknown}; allowed keys are ['note', 'link', 'signatures']")
+        raise BudgetFileError(f"{where}: unknown key(s) {unknown}; allowed keys are {list(_CAUSE_FIELDS)}")
     for key in ("note", "link"):
         if not isinstance(raw.get(key, ""), str):
             raise BudgetFileError(f"{where}: {key} must be a string, got {raw[key]!r}")
     signatures = _check_signatures(where, "signatures", raw.get("signatures", []))
-    if not signatures:
+    known_failures = _check_signatures(where, "known_failures", raw.get("known_failures", []))
+    if not (signatures or known_failures):
         raise BudgetFileError(f"{where}: signatures is empty; a cause names the signatures it explains")
-    return Cause(name, raw.get("note", "").strip(), signatures, raw.get("link", "").strip(), line)
+    return Cause(name, raw.get("note", "").strip(), signatures, raw.get("link", "").strip(), line, known_failures)
 
 
-def _explain(where: str, budget: Budget, causes: dict[str, Cause], *, strict: bool = True) -> Budget:
-    """The entry with the causes of its signatures; an error when a budget above zero has neither a note (or a
-    known failure's reason) nor, for each signature it allows, a cause (a proposed one counts here: the review
-    check asks for its note)."""
+def _explain(where: str, case_id: str, budget: Budget, causes: dict[str, Cause], *, strict: bool = True) -> Budget:
+    """The entry with the causes of its signatures and of its known failure; an error when a budget above zero has
+    neither a note (or a known failure) nor, for each signature it allows, a cause (a proposed one counts here:
+    the review check asks for its note), or when a known failure has neither a reason nor a cause naming it."""
     found = {s: causes_of(s, causes) for s in budget.signatures}
     explained_by = tuple(dict.fromkeys(c.describe() for named in found.values() for c in named))
-    if strict and budget.above_zero and not (budget.note or budget.known_failure):
+    known_because = ()
+    if budget.known and not budget.known_failure:
+        identity = known_failure_identity(case_id, budget)
+        known_because = tuple(c.describe() for c in causes.values() if c.explains_known_failure(identity))
+        if strict and not known_because:
+            raise BudgetFileError(
+                f"{where}: a known failure without known_failure (the reason, in a person's words), and no cause"
+                f" names {identity!r} in its known_failures"
+            )
+    if strict and budget.above_zero and not (budget.note or budget.known):
         counted_without_signature = (
             (budget.graph_breaks and not budget.break_signatures)
             or (budget.unexpected_recompiles and not budget.recompile_signatures)
@@ -240,7 +273,7 @@ def _explain(where: str, budget: Budget, causes: dict[str, Cause], *, strict: bo
                 f"{budget.unexpected_recompiles}{splits} but no note{missing}; a budget above zero must say why"
                 " (a note, or a [causes.<name>] naming each signature)"
             )
-    return dataclasses.replace(budget, explained_by=explained_by)
+    return dataclasses.replace(budget, explained_by=explained_by, known_because=known_because)
 
 
 def _parse_entry(path: Path, case_id: str, raw: Any, line: int | None) -> Budget:
@@ -266,8 +299,6 @@ def _parse_entry(path: Path, case_id: str, raw: Any, line: int | None) -> Budget
             f"{where}: known_failure needs exactly one of {', '.join(KNOWN_FAILURE_KINDS)} (what it holds),"
             f" got {named or 'none'}"
         )
-    if named and not texts["known_failure"]:
-        raise BudgetFileError(f"{where}: {named[0]} without known_failure (the reason, in a person's words)")
     unexpected = _check_count(path, line, case_id, "unexpected_recompiles", raw.get("unexpected_recompiles", 0))
     expected = _check_count(path, line, case_id, "expected_recompiles", raw.get("expected_recompiles", 0))
     budget = Budget(
@@ -298,7 +329,7 @@ def _cause_text(cause: Cause) -> list[str]:
     out = [f"[causes.{json.dumps(cause.name)}]", f"note = {json.dumps(cause.note, ensure_ascii=False)}"]
     if cause.link:
         out.append(f"link = {json.dumps(cause.link)}")
-    return out + _list_text("signatures", cause.signatures)
+    return out + _list_text("signatures", cause.signatures) + _list_text("known_failures", cause.known_failures)
 
 
 def _entry_text(case_id: str, budget: Budget) -> list[str]:
@@ -378,7 +409,7 @@ class BudgetFile:
         entries = {}
         for case_id, raw in data.get("cases", {}).items():
             entry = _parse_entry(path, case_id, raw, lines.get(case_id))
-            entries[case_id] = _explain(f"{path}:{entry.line}: entry {case_id!r}", entry, causes)
+            entries[case_id] = _explain(f"{path}:{entry.line}: entry {case_id!r}", case_id, entry, causes)
         blocks = _blocks(text, "cases")
         written = {case_id: (budget, blocks[case_id]) for case_id, budget in entries.items() if case_id in blocks}
         cause_blocks = _blocks(text, "causes")
@@ -419,11 +450,11 @@ class BudgetFile:
         bare = [s for case_id in proposals for s in self._needs_a_cause(self.entries[case_id])]
         self.causes.update(propose(bare, self.causes))
         for case_id in proposals:
-            self.entries[case_id] = _explain(str(self.path), self.entries[case_id], self.causes, strict=False)
+            self.entries[case_id] = _explain(str(self.path), case_id, self.entries[case_id], self.causes, strict=False)
 
     @staticmethod
     def _needs_a_cause(budget: Budget) -> tuple[str, ...]:
-        return () if budget.note or budget.known_failure or not budget.above_zero else budget.signatures
+        return () if budget.note or budget.known or not budget.above_zero else budget.signatures
 
     def unexplained(self) -> dict[str, list[str]]:
         """Case id -> the signatures its budget allows that neither a note nor an explained cause accounts for."""
@@ -438,9 +469,15 @@ class BudgetFile:
         return sorted(set(self.entries) - known_case_ids)
 
     def unused_causes(self) -> list[str]:
-        """Causes that name no signature any entry allows (their upstream cause is gone, or never applied)."""
+        """Causes that name no signature any entry allows and no known failure of an entry (their upstream cause
+        is gone, or never applied)."""
         allowed = {s for budget in self.entries.values() for s in budget.signatures}
-        return sorted(name for name, cause in self.causes.items() if not any(cause.explains(s) for s in allowed))
+        known = {known_failure_identity(i, b) for i, b in self.entries.items() if b.known}
+        return sorted(
+            name
+            for name, cause in self.causes.items()
+            if not any(cause.explains(s) for s in allowed) and not any(cause.explains_known_failure(k) for k in known)
+        )
 
     def dumps(self) -> str:
         out = [*HEADER, ""]
@@ -483,4 +520,6 @@ class BudgetFile:
         )
 
     def record(self, case_id: str, observed: Observed) -> None:
-        self.entries[case_id] = _explain(str(self.path), self.proposal(case_id, observed), self.causes, strict=False)
+        self.entries[case_id] = _explain(
+            str(self.path), case_id, self.proposal(case_id, observed), self.causes, strict=False
+        )

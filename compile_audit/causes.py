@@ -6,7 +6,10 @@ A cause is a ``[causes.<name>]`` table of the budgets file::
     note = "transformers' deprecate_kwarg wrapper guards on the call's kwargs: ..."   # a person's words
     link = "https://github.com/huggingface/transformers/issues/..."                # optional
     signatures = ["wrapped_func at transformers/utils/deprecation.py: *"]
+    known_failures = ["*: recompile limit at wrapped_func at transformers/utils/deprecation.py"]   # optional
 
+``known_failures`` name the known failures the cause explains, as ``<case id>: <what it holds>`` (``raises
+KeyError``, ``recompile limit at <frame>``, ``check <name>``): such an entry needs no reason of its own.
 A pattern matches a break or recompile signature whole; ``*`` stands for any text and nothing else is special.
 A cause with an empty note is a proposal: ``--update-budgets`` writes one for each signature no cause explains,
 and a person writes its note (or folds its signatures into a cause that exists).
@@ -37,6 +40,7 @@ class Cause:
     signatures: tuple[str, ...]  # patterns
     link: str = ""
     line: int | None = None
+    known_failures: tuple[str, ...] = ()  # patterns over known-failure identities (compile_audit.budgets)
 
     @property
     def explained(self) -> bool:
@@ -44,6 +48,9 @@ class Cause:
 
     def explains(self, signature: str) -> bool:
         return any(matches(pattern, signature) for pattern in self.signatures)
+
+    def explains_known_failure(self, identity: str) -> bool:
+        return any(matches(pattern, identity) for pattern in self.known_failures)
 
     def describe(self) -> str:
         if not self.explained:

@@ -77,7 +77,7 @@ def holds(budget: Budget, problem: Problem) -> bool:
         Kind.CHECK: budget.known_check,
         Kind.STEADY_STATE: budget.known_check,
     }.get(problem.kind, "")
-    return bool(budget.known_failure and named and problem.names) and all(name == named for name in problem.names)
+    return bool(budget.known and named and problem.names) and all(name == named for name in problem.names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,11 +205,11 @@ def _judge_known_failure(
     if held and not others:
         first = held[0].text.splitlines()[0]
         return Verdict(
-            "xfailed", f"known failure ({budget.known_failure}); today: {first}", tuple(problems), held=tuple(held)
+            "xfailed", f"known failure ({budget.known_reason}); today: {first}", tuple(problems), held=tuple(held)
         )
     if not others:
         message = (
-            f"{case_id} passes now, but {where} records it as a known failure ({named}: {budget.known_failure}):"
+            f"{case_id} passes now, but {where} records it as a known failure ({named}: {budget.known_reason}):"
             " remove the known failure from the entry"
         )
         return Verdict("failed", message, (Problem(Kind.CHECK, message),), warnings)
@@ -262,7 +262,7 @@ def judge(
         warned = {Kind.TIGHTEN, Kind.NEW_SIGNATURE}
         warnings = [f"{p.text} (recorded on other versions)" for p in problems if p.kind in warned]
         problems = [p for p in problems if p.kind not in warned]
-    if budget.known_failure:
+    if budget.known:
         return _judge_known_failure(case_id, result, budget, problems, where, tuple(warnings))
     if not problems:
         return Verdict("passed", "", (), tuple(warnings))

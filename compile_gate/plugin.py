@@ -199,7 +199,7 @@ def pytest_runtest_call(item: pytest.Item):
         leaked = _leaked(before) if before is not None else []
     if raised is not None and not leaked:
         today = f"{type(raised).__name__}: {raised}".splitlines()[0][:300]
-        pytest.xfail(f"known failure ({audit.budget.known_failure}); today: the case raised {today}")
+        pytest.xfail(f"known failure ({audit.budget.known_reason}); today: the case raised {today}")
     if audit is not None and raised is None:
         _judge(item, audit, leaked)
     elif leaked:

@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             added = []
             for case_id, (reason, (field, value)) in sorted(marks.items()):
                 previous = budgets.entries.get(case_id)
-                if previous is not None and previous.known_failure:
+                if previous is not None and previous.known:
                     continue
                 budgets.entries[case_id] = dataclasses.replace(
                     previous or Budget(), known_failure=reason, recorded=True, **{field: value}

@@ -231,7 +231,7 @@ def test_a_known_failure_does_not_hold_a_new_break_or_another_check():
     [
         ('known_failure = "why"\n', "known_failure needs exactly one of known_raises"),
         ('known_failure = "why"\nknown_raises = "A"\nknown_check = "b"\n', "got ['known_raises', 'known_check']"),
-        ('known_raises = "KeyError"\n', "known_raises without known_failure"),
+        ('known_raises = "KeyError"\n', "a known failure without known_failure (the reason, in a person's words)"),
     ],
 )
 def test_a_known_failure_must_name_what_it_holds(tmp_path, entry, problem):
@@ -322,3 +322,28 @@ def test_an_array_is_one_line_where_it_fits_else_one_signature_per_line(tmp_path
     assert 'recompile_signatures = ["f at a.py: x", "g at b.py: y"]\n' in text
     assert "recompile_signatures = [\n" + "".join(f'    "{s}",\n' for s in long) + "]\n" in text
     assert BudgetFile.load(_write(tmp_path, text)).budget_for("a/b/long").recompile_signatures == long
+
+
+CAUSED_KNOWN_FAILURE = """
+[causes.saved-names]
+note = "the compiled wrapper's names are saved"
+known_failures = ["*/inject-compiled-base: raises KeyError"]
+
+[cases."a/b/inject-compiled-base"]
+known_raises = "KeyError"
+"""
+
+
+def test_a_cause_that_names_a_known_failure_is_its_reason(tmp_path):
+    budgets = BudgetFile.load(_write(tmp_path, CAUSED_KNOWN_FAILURE))
+    entry = budgets.budget_for("a/b/inject-compiled-base")
+    assert entry.known and entry.known_reason == "cause 'saved-names': the compiled wrapper's names are saved"
+    assert budgets.unused_causes() == []
+    assert BudgetFile.load(_write(tmp_path, budgets.dumps())).causes["saved-names"].known_failures == (
+        "*/inject-compiled-base: raises KeyError",
+    )
+    verdict = _audited("a/b/inject-compiled-base", toys.Clean(), entry).verdict()
+    assert verdict.status == "failed" and "the compiled wrapper's names are saved" in verdict.message
+    other_case = CAUSED_KNOWN_FAILURE.replace("a/b/inject-compiled-base", "a/b/save-load")
+    with pytest.raises(BudgetFileError, match=re.escape("no cause names 'a/b/save-load: raises KeyError'")):
+        BudgetFile.load(_write(tmp_path, other_case))

@@ -154,10 +154,14 @@ class CountingBackend:
         self.splits: list[GraphSplit] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        # Counted once the real backend accepted the graph: AOTAutograd may reject one to make Dynamo trace the
+        # frame again (TensorifyScalarRestartAnalysis, a float it cannot turn into a tensor), and that graph, with
+        # the break that ended it, never runs.
+        compiled = self._inner(gm, example_inputs)
         if not is_ddp_piece(gm):
             self.count_graph(gm)
             note_traced_code()
-        return self._inner(gm, example_inputs)
+        return compiled
 
     def count_graph(self, gm: torch.fx.GraphModule) -> None:
         self.graphs += 1

@@ -128,3 +128,24 @@ def test_compile_work_per_phase_counts_operations_and_guards():
     assert first.operations_captured > 0 and first.guards > 0
     assert (second.frames_compiled, second.operations_captured, second.guards) == (0, 0, 0)
     assert {"operations_captured", "guards"} <= set(audit.result.to_dict()["phases"][0])
+
+
+def _rejects_each_graph_once(gm, example_inputs):
+    """A backend that, like AOTAutograd turning a Python float into a tensor, rejects a graph the first time and
+    makes Dynamo trace its frame again."""
+    key = gm.code
+    if key not in _rejects_each_graph_once.seen:
+        _rejects_each_graph_once.seen.add(key)
+        raise torch._dynamo.exc.TensorifyScalarRestartAnalysis
+    return gm.forward
+
+
+def test_a_graph_the_backend_rejects_for_a_restart_is_not_counted():
+    _rejects_each_graph_once.seen = set()
+    torch._dynamo.reset()
+    audit = CaseAudit("toy/branch/forward", Budget(), backend=_rejects_each_graph_once)
+    compiled = audit.compile(toys.BranchesOnData())
+    with audit.phase("call-1", "train") as phase:
+        compiled(torch.randn(2, 4))
+    assert _rejects_each_graph_once.seen, "the backend never rejected a graph: the toy proves nothing"
+    assert (phase.graphs_compiled, len(phase.graph_breaks)) == (2, 1), (phase.graphs_compiled, phase.graph_breaks)

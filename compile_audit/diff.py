@@ -39,9 +39,10 @@ MEMORY_SUFFIX = "_bytes"  # every benchmarks entry ending in it is a memory figu
 DEFAULT_TIMING_THRESHOLD = 10.0
 DEFAULT_MEMORY_THRESHOLD = 5.0
 MAX_THRESHOLD = 1000.0
-# passed < skipped < failed < error; entering "skipped" from any audited status is treated as worse.
-# A known failure ("xfailed", the budgets file's known_failure) ranks with failed: entering it is worse.
-STATUS_RANK = {"passed": 0, "skipped": 1, "xfailed": 2, "failed": 2, "error": 3}
+# passed < skipped < xfailed < failed < error; entering "skipped" from any audited status is treated as worse.
+# Entering a known failure ("xfailed", the budgets file's known_failure) is worse, and so is leaving one for
+# "failed": a known failure holds only what it names, so a failed one has a new problem.
+STATUS_RANK = {"passed": 0, "skipped": 1, "xfailed": 2, "failed": 3, "error": 4}
 CHART_LIMIT = 30
 REASON_WIDTH = 160
 
@@ -197,7 +198,7 @@ def _status_delta(old: str, new: str) -> int:
         return 0
     if new == "skipped":  # no longer audited: coverage lost, whatever it was before
         return 1
-    return STATUS_RANK.get(new, 3) - STATUS_RANK.get(old, 3)
+    return STATUS_RANK.get(new, 4) - STATUS_RANK.get(old, 4)
 
 
 def _number(value: Any) -> bool:

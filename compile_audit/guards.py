@@ -31,6 +31,12 @@ class GuardFailure:
         return f"{self.entry}: {self.guard}{where}"
 
     @property
+    def entry_index(self) -> int:
+        """The cache entry's number within its frame ("0/3" -> 3): the highest is the newest compiled."""
+        number = self.entry.rpartition("/")[2]
+        return int(number) if number.isdigit() else -1
+
+    @property
     def is_mode_switch(self) -> bool:
         return bool(_MODE_GUARD.search(self.guard))
 

@@ -205,6 +205,9 @@ class _PhaseListener:
         match = _COMPILE_ID.search(str(args.compile_id))
         if match and int(match[2]) > 0:
             frame = ", ".join(code_location(c) for c in codes) or f"frame {match[1]}"
+            # Dynamo lists its cache entries most recently used first, not newest first: the newest entry's
+            # failure is what this recompile adds (older ones repeat in every later recompile of the frame).
+            failures.sort(key=lambda f: f.entry_index, reverse=True)
             expected = bool(failures) and all(self._is_expected(f) for f in failures)
             self.record.recompiles.append(
                 Recompile(self.record.name, frame, str(args.compile_id), tuple(failures), expected)

@@ -314,3 +314,15 @@ def test_compile_work_is_listed_apart_and_does_not_fail(tmp_path, capsys):
     work = _section(out, "Compile work")[2:]
     assert work == [f"- **{LORA}**: frames 9 -> 12 (+3; train-1 3 -> 6); guards 30 -> 40 (+10; train-1 30 -> 40)"]
     assert "### Regressions" not in out
+
+
+def test_a_known_failure_that_now_fails_is_a_regression(tmp_path, capsys):
+    """A known failure holds only what it names: xfailed in base, failed in head means a new problem."""
+    held = fake.case(LOHA, "xfailed", message="known failure (why); today: steady state")
+    base = _head_with(**{LOHA: held})
+    failed = fake.case(LOHA, "failed", message=f"{LOHA}: graph breaks 9/0\n- the known failure still holds, ...")
+    code, out, _ = _run(tmp_path, base, _head_with(**{LOHA: failed}), capsys=capsys)
+    assert code == 1
+    assert f"- **{LOHA}**: status xfailed -> failed" in out
+    code, out, _ = _run(tmp_path, _head_with(**{LOHA: failed}), base, capsys=capsys)
+    assert code == 0 and f"- **{LOHA}**: status failed -> xfailed" in out, "its new problem gone: better"

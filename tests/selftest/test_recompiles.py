@@ -159,3 +159,19 @@ def test_compile_work_growing_with_depth_is_reported():
     )
     assert grew and grew[0].startswith("frames compiled") and "at 4 layers vs" in grew[0]
     assert growth_with_depth(_phases_of(toys.Deep(1, toys.Clean)), _phases_of(toys.Deep(4, toys.Clean)), 4) == []
+
+
+def test_a_recompile_is_signed_by_its_newest_cache_entry_not_the_first_listed():
+    """Dynamo lists cache entries most recently used first: after merged, unmerged and merged again, the unmerged
+    entry (0/0) is listed before the merged one (0/1), whose count guard is what the new recompile adds."""
+    audit = CaseAudit("toy/merged-counter/merge", Budget())
+    module = toys.CountsMergedCalls()
+    compiled = audit.compile(module, dynamic=True)
+    for name, merged in (("unmerged-1", False), ("merged-1", True), ("unmerged-2", False), ("merged-2", True)):
+        module.merged = merged
+        with audit.phase(name, "eval"), torch.no_grad():
+            compiled(torch.randn(2, 4))
+    last = audit.result.recompiles[-1]
+    assert last.phase == "merged-2" and len(last.failures) == 2, audit.result.recompiles
+    assert "merged_calls" in last.signature, last.signature
+    assert last.reason.startswith(last.failures[0].entry) and "merged_calls" in last.reason.split(";")[0]

@@ -145,3 +145,16 @@ class TwoLinears(nn.Module):
         if self.planted_break:
             torch._dynamo.graph_break()  # PLANTED:ddp-break
         return self.second(x)
+
+
+class CountsMergedCalls(Clean):
+    """Counts its calls on the merged path only (the IA3 plant): the guard on the count belongs to the cache entry
+    compiled for the merged state, which is not the one Dynamo lists first once the unmerged entry ran again."""
+
+    merged = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.merged:
+            self.merged_calls = getattr(self, "merged_calls", 0) + 1
+            return self.linear(x) * (self.merged_calls / self.merged_calls)
+        return self.linear(x)

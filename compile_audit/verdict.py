@@ -223,12 +223,12 @@ def _judge_known_failure(
 
 def headline(case_id: str, result: AuditResult, budget: Budget) -> str:
     seen = observed(result)
-    allowed = "expected only" if budget.recompiles is None else budget.recompiles
+    expected_allowed = "any" if budget.recompiles is None else budget.recompiles - budget.unexpected_recompiles
     splits = f", ddp splits {seen.ddp_splits}/{budget.ddp_splits}" if seen.ddp_splits or budget.ddp_splits else ""
     return (
         f"{case_id}: graph breaks {seen.graph_breaks}/{budget.graph_breaks}{splits}, "
-        f"recompiles {seen.recompiles}/{allowed}"
-        f" ({seen.unexpected_recompiles} unexpected, budget {budget.unexpected_recompiles})"
+        f"unexpected recompiles {seen.unexpected_recompiles}/{budget.unexpected_recompiles}, "
+        f"expected {seen.recompiles - seen.unexpected_recompiles}/{expected_allowed}"
     )
 
 

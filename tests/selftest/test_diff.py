@@ -296,7 +296,8 @@ def test_a_case_that_raises_says_why_in_the_diff(tmp_path, capsys):
 
 
 def test_a_failed_verdict_names_its_first_problem(tmp_path, capsys):
-    message = f"{LORA}: graph breaks 0/0, unexpected recompiles 0/0, expected 1/any\n- [eval-1] compiled eval vs eager eval logits: x"
+    headline = f"{LORA}: graph breaks 0/0, unexpected recompiles 0/0, expected 1/any"
+    message = f"{headline}\n- [eval-1] compiled eval vs eager eval logits: x"
     failed = fake.case(LORA, "failed", message=message)
     code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{LORA: failed}), capsys=capsys)
     assert code == 1

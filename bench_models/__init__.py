@@ -7,7 +7,7 @@ compile_audit or pytest.
 from .installed_peft import peft_lacks
 from .methods import EXCLUDED_PEFT_TYPES, METHODS, OPERATIONS, Method, get_method
 from .models import MODELS, ModelSpec, build_base_model, get_spec, library_versions
-from .peft_models import add_adapter, build_peft_model
+from .peft_models import add_adapter, build_method_base, build_peft_model
 from .skip_reasons import operation_skip_reason, skip_reason
 from .slices import CORE_METHODS
 from .workloads import eval_step, make_batch, make_optimizer, train_step
@@ -22,6 +22,7 @@ __all__ = [
     "ModelSpec",
     "add_adapter",
     "build_base_model",
+    "build_method_base",
     "build_peft_model",
     "eval_step",
     "get_method",

@@ -29,14 +29,29 @@ def build_peft_model(
     reason = skip_reason(model_key, method_name)
     if reason:
         raise ValueError(f"cannot build {method_name} on {model_key}: {reason}")
-    base = build_base_model(model_key, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
-    for attr, value in method.base_config_overrides.items():
-        setattr(base.config, attr, value)
+    base = build_method_base(model_key, method_name, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
     config = method.make_config(spec, rank=rank, dropout=dropout)
     torch.manual_seed(seed)
     model = peft.get_peft_model(base, config, adapter_name=adapter_name)
     model.to(device)
     return model.train()
+
+
+def build_method_base(
+    model_key: str,
+    method_name: str,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+    num_layers: int | None = None,
+):
+    """The base model as the method needs it (its ``base_config_overrides``, X-LoRA's use_cache off): every base an
+    adapter of this method is built on or loaded into, so that a fresh base for reloading matches the trained one."""
+    base = build_base_model(model_key, device=device, dtype=dtype, seed=seed, num_layers=num_layers)
+    for attr, value in get_method(method_name).base_config_overrides.items():
+        setattr(base.config, attr, value)
+    return base
 
 
 def add_adapter(peft_model, model_key: str, method_name: str, adapter_name: str, *, seed=1, rank=None, dropout=None):

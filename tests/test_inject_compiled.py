@@ -86,7 +86,7 @@ def test_get_peft_model_on_compiled_base(case, device, make_peft_model, case_aud
     expected = _logits(eager, batch)
 
     dtype = torch.bfloat16 if case.tier == "cuda" else None
-    base = bench_models.build_base_model(case.model, device=device, dtype=dtype, seed=0).eval()
+    base = bench_models.build_method_base(case.model, case.method, device=device, dtype=dtype, seed=0).eval()
     compiled_base = case_audit.compile(base, dynamic=True)
     with case_audit.phase("base-1", "eval"):
         _logits(compiled_base, {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")})

@@ -117,7 +117,7 @@ def test_disable_adapter(case, device, make_peft_model, case_audit):
     nothing."""
     model = _randomized_model(make_peft_model, case).eval()
     dtype = torch.bfloat16 if case.tier == "cuda" else None
-    base = bench_models.build_base_model(case.model, device=device, dtype=dtype, seed=0).eval()
+    base = bench_models.build_method_base(case.model, case.method, device=device, dtype=dtype, seed=0).eval()
     differ, missing = base_weight_mismatches(model, base)
     if differ or missing:
         case_audit.expect(

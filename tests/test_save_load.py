@@ -44,7 +44,7 @@ def saved_adapter_problems(what: str, saved: dict[str, torch.Tensor], expected: 
 
 def reload(case, device, folder):
     dtype = torch.bfloat16 if case.tier == "cuda" else None
-    base = bench_models.build_base_model(case.model, device=device, dtype=dtype, seed=0)
+    base = bench_models.build_method_base(case.model, case.method, device=device, dtype=dtype, seed=0)
     return peft.PeftModel.from_pretrained(base, folder).eval()
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from compile_audit.normalize import normalize
-from compile_audit.report import comparable, count, read_cases, recompile_limit_hits, section
+from compile_audit.report import audited, count, read_cases, recompile_limit_hits, section
 from compile_audit.versions import GATED_LIBRARIES
 
 STEP_TIME_KEY = "compiled_step_ms"
@@ -303,7 +303,7 @@ def compare_case(
         changes.append(Change("status", f"status {base['status']} -> {head['status']}", status_delta))
     if status_delta > 0 and head.get("message"):  # why it got worse: the error raised, or the first problem
         details.append(f"{head['status']}: {plain(_first_line(_why(head['message'])))}")
-    if comparable(base) and comparable(head):
+    if audited(base) and audited(head):
         breaks = _count_change(
             "graph breaks", count(base, "graph_breaks", "count"), count(head, "graph_breaks", "count")
         )
@@ -351,7 +351,7 @@ def _work(case: dict[str, Any]) -> dict[str, dict[str, int]]:
 def compare_work(base: dict[str, Any], head: dict[str, Any]) -> str | None:
     """What Dynamo compiled, when it changed: totals and the phases that moved. Listed, never a regression by
     itself (README: the breaks and recompiles are the gate; work is what they cost)."""
-    if not (comparable(base) and comparable(head)):
+    if not (audited(base) and audited(head)):
         return None
     old, new = _work(base), _work(head)
     parts = []
@@ -415,7 +415,7 @@ def _lonely_lines(title: str, cases: list[tuple[dict[str, Any], bool]], why: str
     lines = ["", f"### {title} ({len(cases)})", ""]
     for case, regressed in cases:
         counts = ""
-        if comparable(case):
+        if audited(case):
             breaks, recompiles = count(case, "graph_breaks", "count"), count(case, "recompiles", "count")
             counts = f", graph breaks {breaks}, recompiles {recompiles}"
             counts += f" ({count(case, 'recompiles', 'unexpected')} unexpected)"
@@ -435,7 +435,7 @@ def chart_lines(result: ReportDiff, section: str, key: str) -> list[str]:
         for d in result.changed
         if count(base[d.case_id], section, key) != count(head[d.case_id], section, key)
     ]
-    ids = [i for i in ids if comparable(base[i]) and comparable(head[i])][:CHART_LIMIT]
+    ids = [i for i in ids if audited(base[i]) and audited(head[i])][:CHART_LIMIT]
     if not ids:
         return []
     old = [count(base[i], section, key) for i in ids]

@@ -105,15 +105,10 @@ def count(case: dict[str, Any], name: str, key: str) -> int:
 
 
 def audited(case: dict[str, Any]) -> bool:
-    """Whether the case was compiled and measured (a skip, or a crash before compiling, was not)."""
+    """Whether the case was compiled and measured (a skip, or a crash before compiling, was not). Its counts compare
+    with another run's, a known failure's included: it stops where it always stops, at the end of the phase that hit
+    the recompile limit, so a new break in it is a regression like any other."""
     return bool(case.get("audited", bool(case.get("phases"))))
-
-
-def comparable(case: dict[str, Any]) -> bool:
-    """Whether its counts may be compared with another run's: every audited case's, a known failure's included (it
-    stops where it always stops, at the end of the phase that hit the recompile limit, so its counts and
-    signatures compare, and a new break in it is a regression like any other)."""
-    return audited(case)
 
 
 def recompile_limit_hits(case: dict[str, Any]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch._dynamo
 
 import bench_models
 from tests.cases import CPU_BACKENDS, Case, all_case_ids, cases_for, operation_of
@@ -29,6 +30,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--with-cases",
         metavar="FILE",
         help="the default selection plus these full-matrix cases (one id per line; scripts/gate --select change)",
+    )
+    group.addoption(
+        "--fake-tensor-cache",
+        action="store_true",
+        help="keep Dynamo's fake-tensor cache on for CPU-tier cases too (their compile seconds then read as a user's)",
     )
 
 
@@ -113,6 +119,20 @@ def eager_random_numbers_under_inductor(request: pytest.FixtureRequest):
     import torch._inductor.config
 
     with torch._inductor.config.patch(fallback_random=True):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def cpu_tier_traces_without_fake_tensor_cache(request: pytest.FixtureRequest):
+    """Dynamo's fake-tensor cache makes each fresh tiny model trace slower, not faster: a case builds new modules, so
+    nearly every lookup misses and pays for the entry it stores. A CPU-tier case judges what Dynamo does (breaks,
+    guards, recompiles), which the cache does not change, so it traces without it (docs/scenarios.md gives the
+    comparison). GPU-tier cases keep Dynamo's default: their compile seconds are what a user sees."""
+    case = request.getfixturevalue("case") if "case" in request.fixturenames else None
+    if case is None or case.tier != "cpu" or request.config.getoption("--fake-tensor-cache"):
+        yield
+        return
+    with torch._dynamo.config.patch(fake_tensor_cache_enabled=False):
         yield
 
 

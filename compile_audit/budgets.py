@@ -56,6 +56,8 @@ _FIELDS = (
 )
 KNOWN_FAILURE_KINDS = ("known_raises", "known_recompile_limit", "known_check")
 KNOWN_FAILURE_FIELDS = ("known_failure", *KNOWN_FAILURE_KINDS)
+# The kinds that may name several problems (a string, or an array of strings), in the same entry as each other.
+KNOWN_FAILURE_LISTS = ("known_recompile_limit", "known_check")
 # An entry with any of these records what was counted, so its expected recompiles are bounded (absent: 0).
 _COUNT_FIELDS = (
     "graph_breaks",
@@ -82,12 +84,12 @@ class Budget:
     unexpected_recompiles: int = 0
     note: str = ""
     # A case PEFT cannot pass today (e.g. it recompiles forever): the reason, written by a person. It holds only
-    # the problem one of the known_* fields names (compile_audit.verdict); every other problem still fails the case,
-    # and the case fails once the named problem is gone, so that the entry gets removed.
+    # the problems its known_* fields name (compile_audit.verdict); every other problem still fails the case,
+    # and the case fails once the named problems are all gone, so that the entry gets removed.
     known_failure: str = ""
     known_raises: str = ""  # the type of the exception the case raises (its name, as type(exc).__name__)
-    known_recompile_limit: str = ""  # the function whose frame hits Dynamo's recompile limit (code name)
-    known_check: str = ""  # the name of the failed check: "steady state", or a scenario's check name
+    known_recompile_limit: tuple[str, ...] = ()  # the functions whose frames hit Dynamo's recompile limit
+    known_check: tuple[str, ...] = ()  # the names of the failed checks: "steady state", or a scenario's check name
     break_signatures: tuple[str, ...] = ()  # break signatures allowed (GraphBreak.signature)
     recompile_signatures: tuple[str, ...] = ()  # unexpected-recompile signatures allowed (Recompile.signature)
     ddp_splits: int = 0  # graph splits DDPOptimizer makes at DDP bucket boundaries (compile_audit.ddp_splits)
@@ -129,7 +131,7 @@ class Budget:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Budget:
         data = dict(data)
-        for name in ("break_signatures", "recompile_signatures"):
+        for name in ("break_signatures", "recompile_signatures", *KNOWN_FAILURE_LISTS):
             data[name] = tuple(data.get(name, ()))
         data["recorded_with"] = tuple(tuple(pair) for pair in data.get("recorded_with", ()))
         data["explained_by"] = tuple(data.get("explained_by", ()))
@@ -153,13 +155,15 @@ class CountComparison:
     under: list[str]  # what beats the budget: "tighten the budget"
 
 
-def known_failure_identity(case_id: str, budget: Budget) -> str:
-    """What a cause's ``known_failures`` patterns match: ``<case id>: <what the known failure holds>``."""
+def known_failure_identities(case_id: str, budget: Budget) -> tuple[str, ...]:
+    """What a cause's ``known_failures`` patterns match, one per problem the known failure holds:
+    ``<case id>: raises <type>``, ``<case id>: recompile limit at <frame>``, ``<case id>: check <name>``."""
     if budget.known_raises:
-        return f"{case_id}: raises {budget.known_raises}"
-    if budget.known_recompile_limit:
-        return f"{case_id}: recompile limit at {budget.known_recompile_limit}"
-    return f"{case_id}: check {budget.known_check}"
+        return (f"{case_id}: raises {budget.known_raises}",)
+    return (
+        *(f"{case_id}: recompile limit at {frame}" for frame in budget.known_recompile_limit),
+        *(f"{case_id}: check {name}" for name in budget.known_check),
+    )
 
 
 def compare(observed: Observed, budget: Budget) -> CountComparison:
@@ -223,6 +227,17 @@ def _check_signatures(where: str, name: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _check_names(where: str, name: str, value: Any) -> tuple[str, ...]:
+    """A known_* field that may name several problems: a string, or an array of distinct non-empty strings."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not all(isinstance(item, str) for item in items):
+        raise BudgetFileError(f"{where}: {name} must be a string or a list of strings, got {value!r}")
+    names = tuple(item.strip() for item in items if item.strip())
+    if len(set(names)) != len(names):
+        raise BudgetFileError(f"{where}: {name} names {sorted(n for n in set(names) if names.count(n) > 1)} twice")
+    return names
+
+
 def _check_versions(where: str, value: Any) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise BudgetFileError(f"{where}: recorded_with must be a table of package = version, got {value!r}")
@@ -254,12 +269,15 @@ def _explain(where: str, case_id: str, budget: Budget, causes: dict[str, Cause],
     explained_by = tuple(dict.fromkeys(c.describe() for named in found.values() for c in named))
     known_because = ()
     if budget.known and not budget.known_failure:
-        identity = known_failure_identity(case_id, budget)
-        known_because = tuple(c.describe() for c in causes.values() if c.explains_known_failure(identity))
-        if strict and not known_because:
+        identities = known_failure_identities(case_id, budget)
+        known_because = tuple(
+            c.describe() for c in causes.values() if any(c.explains_known_failure(i) for i in identities)
+        )
+        unexplained = [i for i in identities if not any(c.explains_known_failure(i) for c in causes.values())]
+        if strict and unexplained:
             raise BudgetFileError(
                 f"{where}: a known failure without known_failure (the reason, in a person's words), and no cause"
-                f" names {identity!r} in its known_failures"
+                f" names {unexplained[0]!r} in its known_failures"
             )
     if strict and budget.above_zero and not (budget.note or budget.known):
         counted_without_signature = (
@@ -291,16 +309,21 @@ def _parse_entry(path: Path, case_id: str, raw: Any, line: int | None) -> Budget
     unknown = sorted(set(raw) - set(_FIELDS))
     if unknown:
         raise BudgetFileError(f"{where}: unknown key(s) {unknown}; allowed keys are {list(_FIELDS)}")
-    texts = {name: raw.get(name, "") for name in ("note", *KNOWN_FAILURE_FIELDS)}
+    texts = {name: raw.get(name, "") for name in ("note", "known_failure", "known_raises")}
     for name, value in texts.items():
         if not isinstance(value, str):
             raise BudgetFileError(f"{where}: {name} must be a string, got {value!r}")
     texts = {name: value.strip() for name, value in texts.items()}
-    named = [name for name in KNOWN_FAILURE_KINDS if texts[name]]
-    if texts["known_failure"] and len(named) != 1:
+    lists = {name: _check_names(where, name, raw.get(name, ())) for name in KNOWN_FAILURE_LISTS}
+    named = [name for name in KNOWN_FAILURE_KINDS if texts.get(name) or lists.get(name)]
+    if texts["known_failure"] and not named:
         raise BudgetFileError(
-            f"{where}: known_failure needs exactly one of {', '.join(KNOWN_FAILURE_KINDS)} (what it holds),"
-            f" got {named or 'none'}"
+            f"{where}: known_failure needs at least one of {', '.join(KNOWN_FAILURE_KINDS)} (what it holds), got none"
+        )
+    if texts["known_raises"] and len(named) > 1:
+        raise BudgetFileError(
+            f"{where}: known_raises holds a crash, after which nothing else is judged; it cannot be combined with"
+            f" {', '.join(n for n in named if n != 'known_raises')}"
         )
     unexpected = _check_count(path, line, case_id, "unexpected_recompiles", raw.get("unexpected_recompiles", 0))
     expected = _check_count(path, line, case_id, "expected_recompiles", raw.get("expected_recompiles", 0))
@@ -309,6 +332,7 @@ def _parse_entry(path: Path, case_id: str, raw: Any, line: int | None) -> Budget
         recompiles=unexpected + expected if any(name in raw for name in _COUNT_FIELDS) else None,
         unexpected_recompiles=unexpected,
         **texts,
+        **lists,
         break_signatures=_check_signatures(where, "break_signatures", raw.get("break_signatures", [])),
         recompile_signatures=_check_signatures(where, "recompile_signatures", raw.get("recompile_signatures", [])),
         ddp_splits=_check_count(path, line, case_id, "ddp_splits", raw.get("ddp_splits", 0)),
@@ -350,8 +374,12 @@ def _entry_text(case_id: str, budget: Budget) -> list[str]:
     if budget.note:
         out.append(f"note = {json.dumps(budget.note, ensure_ascii=False)}")
     for name in KNOWN_FAILURE_FIELDS:
-        if getattr(budget, name):
-            out.append(f"{name} = {json.dumps(getattr(budget, name), ensure_ascii=False)}")
+        value = getattr(budget, name)
+        if isinstance(value, tuple) and len(value) > 1:
+            out += _list_text(name, value)
+        elif value:
+            value = value[0] if isinstance(value, tuple) else value
+            out.append(f"{name} = {json.dumps(value, ensure_ascii=False)}")
     if budget.recorded_with:
         pairs = ", ".join(f"{name} = {json.dumps(value)}" for name, value in budget.recorded_with)
         out.append(f"recorded_with = {{ {pairs} }}")
@@ -475,7 +503,7 @@ class BudgetFile:
         """Causes that name no signature any entry allows and no known failure of an entry (their upstream cause
         is gone, or never applied)."""
         allowed = {s for budget in self.entries.values() for s in budget.signatures}
-        known = {known_failure_identity(i, b) for i, b in self.entries.items() if b.known}
+        known = {k for i, b in self.entries.items() if b.known for k in known_failure_identities(i, b)}
         return sorted(
             name
             for name, cause in self.causes.items()

@@ -19,11 +19,11 @@ budget's signatures name what its own versions report. The counts bind on every 
 With ``updating`` (``--update-budgets``) the budget's own problems (over, new signature, tighten)
 are not failures: the budget is being rewritten from this run.
 
-A known failure holds only the problem its entry names (``known_recompile_limit``: the limit hit on that frame;
-``known_check``: that failed check); every other problem still fails the case, a new break or recompile signature
-included. At the limit the run stops at the end of the phase that hit it (``compile_audit.case``), so its counts and
-signatures up to there are comparable with the budget that such a run recorded. A crash is held by ``known_raises``
-in the plugin, which never gets to judge.
+A known failure holds only the problems its entry names (``known_recompile_limit``: the limit hit on those frames;
+``known_check``: those failed checks; an entry may name both); every other problem still fails the case, a new break
+or recompile signature included. At the limit the run stops at the end of the phase that hit it
+(``compile_audit.case``), so its counts and signatures up to there are comparable with the budget that such a run
+recorded. A crash is held by ``known_raises`` in the plugin, which never gets to judge.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ def holds(budget: Budget, problem: Problem) -> bool:
         Kind.RECOMPILE_LIMIT: budget.known_recompile_limit,
         Kind.CHECK: budget.known_check,
         Kind.STEADY_STATE: budget.known_check,
-    }.get(problem.kind, "")
-    return bool(budget.known and named and problem.names) and all(name == named for name in problem.names)
+    }.get(problem.kind, ())
+    return bool(budget.known and named and problem.names) and all(name in named for name in problem.names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,8 +192,13 @@ def _check(check: str | tuple[str, str]) -> Problem:
 
 
 def _known_failure_named(budget: Budget) -> str:
-    named = [f"{field} = {getattr(budget, field)!r}" for field in KNOWN_FAILURE_KINDS if getattr(budget, field)]
-    return named[0] if named else "no known_* field: it holds nothing"
+    named = []
+    for field in KNOWN_FAILURE_KINDS:
+        value = getattr(budget, field)
+        if value:
+            shown = value[0] if isinstance(value, tuple) and len(value) == 1 else value
+            named.append(f"{field} = {list(shown) if isinstance(shown, tuple) else shown!r}")
+    return ", ".join(named) if named else "no known_* field: it holds nothing"
 
 
 def _judge_known_failure(

@@ -80,23 +80,20 @@ def reason_for(case: dict) -> str | None:
 BUDGET_KINDS = ("over budget", "new signature", "tighten")
 
 
-def held_by(case: dict) -> tuple[str, str] | None:
-    """The known_* field that would hold the case's failure, from the report's fields (never its message): the one
-    frame at the recompile limit, the type it raised, or the one check it failed; None when a budget problem is
-    among its problems (that gets a budget) or its failures are of more than one kind."""
+def held_by(case: dict) -> dict[str, str | tuple[str, ...]] | None:
+    """The known_* fields that would hold the case's failure, from the report's fields (never its message): the
+    frames at the recompile limit and the checks it failed, or the type it raised; None when a budget problem is
+    among its problems (that gets a budget) or nothing names what failed."""
+    if case.get("raised"):
+        return {"known_raises": str(case["raised"])}
+    problems = case.get("problems") or []
+    if any(p.get("kind") in BUDGET_KINDS for p in problems):
+        return None
     hits = (case.get("recompiles") or {}).get("limit_hits") or []
     frames = {limit_frame(str(hit.get("frame", ""))) for hit in hits}
-    if len(frames) == 1:
-        return "known_recompile_limit", frames.pop()
-    if frames:
-        return None
-    if case.get("raised"):
-        return "known_raises", str(case["raised"])
-    problems = case.get("problems") or []
-    if not problems or any(p.get("kind") in BUDGET_KINDS for p in problems):
-        return None
-    names = {name for p in problems for name in p.get("names") or ()}
-    return ("known_check", names.pop()) if len(names) == 1 else None
+    checks = {name for p in problems if p.get("kind") != "recompile limit" for name in p.get("names") or ()}
+    held = {"known_recompile_limit": tuple(sorted(frames)), "known_check": tuple(sorted(checks))}
+    return {field: names for field, names in held.items() if names} or None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,15 +124,16 @@ def main(argv: list[str] | None = None) -> int:
         with exclusive(Path(args.budgets)):
             budgets = BudgetFile.load(Path(args.budgets), missing_ok=True)
             added = []
-            for case_id, (reason, (field, value)) in sorted(marks.items()):
+            for case_id, (reason, held) in sorted(marks.items()):
                 previous = budgets.entries.get(case_id)
                 if previous is not None and previous.known:
                     continue
                 budgets.entries[case_id] = dataclasses.replace(
-                    previous or Budget(), known_failure=reason, recorded=True, **{field: value}
+                    previous or Budget(), known_failure=reason, recorded=True, **held
                 )
                 added.append(case_id)
-                print(f"{case_id}: {field} = {value!r}: {reason}")
+                fields = ", ".join(f"{field} = {value!r}" for field, value in held.items())
+                print(f"{case_id}: {fields}: {reason}")
             if args.write and added:
                 budgets.write()
     except BudgetFileError as exc:

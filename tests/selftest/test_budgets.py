@@ -199,7 +199,7 @@ def test_stale_entries_are_listed(tmp_path):
     assert budgets.stale({"llama-tiny/loha/train-eval-train"}) == []
 
 
-DRIFTS = Budget(known_failure="logits drift from eager", known_check="parity", line=3, recorded=True)
+DRIFTS = Budget(known_failure="logits drift from eager", known_check=("parity",), line=3, recorded=True)
 
 
 def _audited(case_id: str, module: torch.nn.Module, budget: Budget, check: str | None = None) -> CaseAudit:
@@ -235,8 +235,10 @@ def test_a_known_failure_does_not_hold_a_new_break_or_another_check():
 @pytest.mark.parametrize(
     ("entry", "problem"),
     [
-        ('known_failure = "why"\n', "known_failure needs exactly one of known_raises"),
-        ('known_failure = "why"\nknown_raises = "A"\nknown_check = "b"\n', "got ['known_raises', 'known_check']"),
+        ('known_failure = "why"\n', "known_failure needs at least one of known_raises"),
+        ('known_failure = "why"\nknown_raises = "A"\nknown_check = "b"\n', "it cannot be combined with known_check"),
+        ('known_failure = "why"\nknown_check = ["b", "b"]\n', "known_check names ['b'] twice"),
+        ('known_failure = "why"\nknown_check = [1]\n', "known_check must be a string or a list of strings"),
         ('known_raises = "KeyError"\n', "a known failure without known_failure (the reason, in a person's words)"),
     ],
 )

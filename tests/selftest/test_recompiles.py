@@ -111,11 +111,41 @@ def test_recompile_limit_hit_fails_whatever_the_budget_and_never_asks_to_tighten
     known = CaseAudit("toy/counter/limit", held)
     known.result = audit.result
     assert known.verdict().status == "xfailed" and known.verdict().feeds_budget
-    elsewhere = dataclasses.replace(held, known_recompile_limit="forward at tests/selftest/other.py")
+    elsewhere = dataclasses.replace(held, known_recompile_limit=("forward at tests/selftest/other.py",))
     # A limit hit on another frame than the one named is not held.
     other = CaseAudit("toy/counter/limit", elsewhere)
     other.result = audit.result
     assert other.verdict().status == "failed" and not other.verdict().feeds_budget
+
+
+def test_a_known_failure_holds_every_problem_it_names_and_only_those():
+    """A case may fail in two named ways at once (a frame at the limit and a failed check): an entry naming both holds
+    both; naming one leaves the other failing the case, by name."""
+    audit = CaseAudit("toy/counter/limit", Budget())
+    with torch._dynamo.config.patch(recompile_limit=2):
+        _run(audit, toys.CountsCalls(), [(f"train-{i}", "train", 2) for i in range(5)], dynamic=True)
+    audit.expect("outputs drift from eager", check="parity")
+    held = _recorded_at_the_limit(audit.result)
+    both = dataclasses.replace(held, known_check=("parity",))
+    for budget, status in ((held, "failed"), (both, "xfailed")):
+        judged = CaseAudit("toy/counter/limit", budget)
+        judged.result, judged.checks = audit.result, audit.checks
+        verdict = judged.verdict()
+        assert verdict.status == status, verdict.message
+    assert "it holds nothing else; these problems are new:\n- outputs drift from eager" in _verdict(held, audit)
+    assert "known_check = 'parity'" in _gone_message(both, audit)
+
+
+def _verdict(budget: Budget, audit: CaseAudit) -> str:
+    judged = CaseAudit(audit.case_id, budget)
+    judged.result, judged.checks = audit.result, audit.checks
+    return judged.verdict().message
+
+
+def _gone_message(budget: Budget, audit: CaseAudit) -> str:
+    """A known failure that no longer occurs names every field it holds."""
+    gone = CaseAudit(audit.case_id, budget)
+    return gone.verdict().message
 
 
 def _recorded_at_the_limit(result) -> Budget:
@@ -127,7 +157,7 @@ def _recorded_at_the_limit(result) -> Budget:
         unexpected_recompiles=seen.unexpected_recompiles,
         note="counted up to the limit",
         known_failure="recompiles on every call",
-        known_recompile_limit="forward at tests/selftest/toys.py",
+        known_recompile_limit=("forward at tests/selftest/toys.py",),
         break_signatures=seen.break_signatures,
         recompile_signatures=seen.recompile_signatures,
         recorded=True,

@@ -43,7 +43,10 @@ def _report(tmp_path):
     check["problems"] = [{"kind": "check", "names": ["saved adapter"]}, {"kind": "check", "names": ["saved adapter"]}]
     known = fake.case("llama-tiny/ia3/save-load", "failed", message="E   ValueError: new")  # already known
     known["raised"] = "ValueError"
-    cases = [limit, raised, over, check, fake.case("llama-tiny/lora/save-load"), known]
+    two = fake.case("llama-tiny/cartridge/train-eval-train", "failed", message="limit and steady state")
+    two["recompiles"]["limit_hits"] = [LIMIT_HIT, {**LIMIT_HIT, "frame": "weight at peft/tuners/cartridge/model.py:72"}]
+    two["problems"] = [{"kind": "recompile limit", "names": []}, {"kind": "steady state", "names": ["steady state"]}]
+    cases = [limit, raised, over, check, fake.case("llama-tiny/lora/save-load"), known, two]
     return fake.write(tmp_path / "report.json", fake.report(cases))
 
 
@@ -58,11 +61,20 @@ def test_limit_hits_and_errors_are_marked_with_their_reasons_and_nothing_else(tm
     budgets = _budgets(tmp_path)
     assert record_known_failures.main([str(_report(tmp_path)), "--budgets", str(budgets), "--write"]) == 0
     entries = BudgetFile.load(budgets).entries
-    assert (
-        entries["opt-tiny/frod/save-load"].known_recompile_limit == "wrapped_func at transformers/utils/deprecation.py"
+    assert entries["opt-tiny/frod/save-load"].known_recompile_limit == (
+        "wrapped_func at transformers/utils/deprecation.py",
     )
     assert entries["llama-tiny-bnb4/lora-dora/save-load"].known_raises == "RuntimeError"
-    assert entries["opt-tiny/lora/inject-compiled-base"].known_check == "saved adapter"
+    assert entries["opt-tiny/lora/inject-compiled-base"].known_check == ("saved adapter",)
+    # Two frames at the limit and a broken steady state: one entry names all three, as a list and a string.
+    two = entries["llama-tiny/cartridge/train-eval-train"]
+    assert two.known_recompile_limit == (
+        "weight at peft/tuners/cartridge/model.py",
+        "wrapped_func at transformers/utils/deprecation.py",
+    )
+    assert two.known_check == ("steady state",)
+    text = budgets.read_text()
+    assert 'known_recompile_limit = ["weight at peft/tuners/cartridge/model.py", "wrapped_func at' in text
     limit = entries["opt-tiny/frod/save-load"].known_failure
     assert limit.startswith("Dynamo hits its recompile_limit (8) on wrapped_func at transformers/utils/deprecation")
     assert "___check_type_id(args[0], <id>)" in limit and "10/7" not in limit
@@ -78,7 +90,7 @@ def test_limit_hits_and_errors_are_marked_with_their_reasons_and_nothing_else(tm
     kept = entries["llama-tiny/ia3/save-load"]
     assert (kept.known_failure, kept.note, kept.graph_breaks) == ("older", "kept", 1)
     out = capsys.readouterr().out
-    assert "marked 3 known failure(s)" in out
+    assert "marked 4 known failure(s)" in out
     assert "not marked (over budget, or no reason found; see its message): llama-tiny/loha" in out
 
 
@@ -87,7 +99,7 @@ def test_without_write_the_file_is_untouched(tmp_path, capsys):
     before = budgets.read_text()
     assert record_known_failures.main([str(_report(tmp_path)), "--budgets", str(budgets)]) == 0
     assert budgets.read_text() == before
-    assert "would mark 3 known failure(s)" in capsys.readouterr().out
+    assert "would mark 4 known failure(s)" in capsys.readouterr().out
 
 
 def test_an_unreadable_report_exits_2_naming_it(tmp_path, capsys):

@@ -127,7 +127,9 @@ def cpu_tier_traces_without_fake_tensor_cache(request: pytest.FixtureRequest):
     """Dynamo's fake-tensor cache makes each fresh tiny model trace slower, not faster: a case builds new modules, so
     nearly every lookup misses and pays for the entry it stores. A CPU-tier case judges what Dynamo does (breaks,
     guards, recompiles), which the cache does not change, so it traces without it (docs/scenarios.md gives the
-    comparison). GPU-tier cases keep Dynamo's default: their compile seconds are what a user sees."""
+    comparison). GPU-tier cases keep Dynamo's default: their compile seconds are what a user sees. So do the ranks of
+    the ddp and fsdp2 cases (each starts from a fresh interpreter): under DDP the cache changes what Dynamo does (with
+    it off, IA3's ranks specialise the labels' length and recompile), so those cases stay on Dynamo's default."""
     case = request.getfixturevalue("case") if "case" in request.fixturenames else None
     if case is None or case.tier != "cpu" or request.config.getoption("--fake-tensor-cache"):
         yield

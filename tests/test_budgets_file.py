@@ -13,8 +13,6 @@ from compile_audit.budgets import BudgetFile
 BUDGETS = Path(__file__).resolve().parent / "compile_budgets.toml"
 LINE_NUMBER = re.compile(r"\.py:\d+|_at_\d+\b")
 
-pytestmark = pytest.mark.selftest
-
 
 @pytest.fixture(scope="module")
 def budgets() -> BudgetFile:

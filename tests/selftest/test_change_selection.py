@@ -12,6 +12,8 @@ from compile_audit.change_selection import Footprints, changed_files, select
 from compile_audit.footprint import FootprintRecorder
 from compile_audit.recompiles import CountingBackend
 
+pytestmark = pytest.mark.selftest
+
 
 def traced_helper(x):
     return x.sin() + 1

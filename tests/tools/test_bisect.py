@@ -23,6 +23,8 @@ from gate_tools.bisect.search import BAD, GOOD, SKIP, Verdict
 from gate_tools.bisect.signature import evidence, signature_of, untestable_reason
 from tests.selftest import fake_reports as fake
 
+pytestmark = pytest.mark.selftest
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CASE = "llama-tiny/lora-dora/train-eval-train"
 DORA_REASON = "Unsupported method call: Dynamo does not know how to trace method `startswith` of class `str`"

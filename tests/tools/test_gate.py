@@ -14,6 +14,8 @@ import pytest
 
 from gate_tools import gate
 
+pytestmark = pytest.mark.selftest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gate"
 
 AUDITED = {"id": "llama-tiny/lora/train-eval-train", "status": "passed", "audited": True}

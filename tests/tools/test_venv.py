@@ -18,6 +18,8 @@ from gate_tools import gate
 from gate_tools.bisect.lab import Lab
 from gate_tools.venv import ScratchVenv
 
+pytestmark = pytest.mark.selftest
+
 CALLER = "/caller/elsewhere"
 # Each must not reach a command of the scratch venv with the caller's value.
 CALLER_ONLY = (

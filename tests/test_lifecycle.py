@@ -377,5 +377,6 @@ def test_dynamic_modes(case, device, make_peft_model, case_audit):
     if compiled_later:
         case_audit.expect(
             f"dynamic=True compiled {compiled_later} frame(s) after the first length (lengths {LENGTHS}): "
-            + ("; ".join(later) or "new frames, no recompile")
+            + ("; ".join(later) or "new frames, no recompile"),
+            check="dynamic shapes",
         )

@@ -12,6 +12,7 @@ import torch._dynamo
 
 from compile_audit import footprint
 from compile_audit.budgets import Budget
+from compile_audit.collector import collected_before
 from compile_audit.graph_breaks import GraphBreakReport, find_graph_breaks
 from compile_audit.recompiles import PhaseAudit, PhaseRecord
 from compile_audit.result import AuditResult
@@ -79,7 +80,7 @@ class CaseAudit:
     def phase(self, name: str, kind: str = "other", expect: tuple[str, ...] = ()) -> Iterator[PhaseRecord]:
         if self._phases is None:
             raise RuntimeError("phase() before compile()")
-        with self._phases.phase(name, kind, expect) as record:
+        with collected_before(), self._phases.phase(name, kind, expect) as record:
             yield record
         frames = {limit_frame(hit.frame) for hit in record.limit_hits}
         if frames and frames <= set(self.budget.known_recompile_limit):

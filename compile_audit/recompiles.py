@@ -177,6 +177,16 @@ def _guard_failure_counts() -> dict[Any, int]:
     return {code: len(reasons) for code, reasons in torch._dynamo.utils.guard_failures.items()}
 
 
+def _compiled_frame(frame_id: str) -> str:
+    """The frame an earlier compile of ``frame_id`` compiled (Dynamo's compilation metrics name its code), for a
+    recompile with no guard failure to name it: its cache entry was dropped because an object it guarded died."""
+    for metrics in reversed(torch._dynamo.utils._compilation_metrics):
+        match = _COMPILE_ID.search(str(metrics.compile_id or ""))
+        if match and match[1] == frame_id and metrics.co_name and metrics.co_filename:
+            return f"{metrics.co_name} at {location(metrics.co_filename, metrics.co_firstlineno or 0)}"
+    return f"frame {frame_id}"
+
+
 class _PhaseListener:
     """Listens to Dynamo's compile callbacks during one phase."""
 
@@ -204,7 +214,7 @@ class _PhaseListener:
         codes, failures = self._new_guard_failures()
         match = _COMPILE_ID.search(str(args.compile_id))
         if match and int(match[2]) > 0:
-            frame = ", ".join(code_location(c) for c in codes) or f"frame {match[1]}"
+            frame = ", ".join(code_location(c) for c in codes) or _compiled_frame(match[1])
             # Dynamo lists its cache entries most recently used first, not newest first: the newest entry's
             # failure is what this recompile adds (older ones repeat in every later recompile of the frame).
             failures.sort(key=lambda f: f.entry_index, reverse=True)

@@ -20,6 +20,7 @@ import torch
 from compile_audit import global_state
 from compile_audit.budgets import BudgetFile, BudgetFileError
 from compile_audit.case import CaseAudit, KnownFailureConfirmed
+from compile_audit.collector import freeze_survivors
 from compile_audit.footprint import FootprintRecorder
 from compile_audit.footprint import active as footprint_active
 from compile_audit.report import summary_table
@@ -128,6 +129,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = session
     if not _is_worker(config):  # under xdist the controller collects, judges nothing, and finishes
         config.pluginmanager.register(SessionHooks(session), "compile_gate_session")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection imported lives for the whole session: out of the collector's reach, the collection before each
+    phase (``compile_audit.collector``) stays cheap."""
+    freeze_survivors()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -15,7 +15,7 @@ import pytest
 from bench_models import EXCLUDED_PEFT_TYPES, METHODS, MODELS, operation_skip_reason, peft_lacks, skip_reason
 from bench_models.methods import ZOO_RULES
 from bench_models.skip_reasons import unknown_selectors
-from tests.cases import SCENARIOS, cases_for
+from tests.cases import SCENARIOS, cases_for, operation_of
 
 TINY = [key for key, spec in MODELS.items() if spec.cpu_matrix]
 
@@ -161,10 +161,19 @@ def default_peft_types(case_ids, methods) -> set[str]:
     return {methods[case_id.split("/")[1]].peft_type for case_id in case_ids}
 
 
+def runs(case) -> bool:
+    """Whether the case runs rather than skips with the registry's reason (a combination the zoo cannot run)."""
+    operation = operation_of(case.scenario)
+    if operation is None:
+        return not skip_reason(case.model, case.method)
+    return not operation_skip_reason(case.model, case.method, operation)
+
+
 def test_the_default_run_has_a_case_for_every_exported_peft_type():
     """The default run (what a pull request is judged on) runs every method the installed peft exports at least once,
-    known failures included: a known failure holds only what it names, so a new break in its method still fails."""
-    default = {case.id for scenario in SCENARIOS for case in cases_for(scenario) if case.tier == "cpu"}
+    known failures included: a known failure holds only what it names, so a new break in its method still fails. A
+    case that skips (Cartridge on bert-tiny, which has no past_key_values) runs nothing, so it does not count."""
+    default = {case.id for scenario in SCENARIOS for case in cases_for(scenario) if case.tier == "cpu" and runs(case)}
     missing = sorted(
         t.name
         for t in peft.PeftType

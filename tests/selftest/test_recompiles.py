@@ -36,6 +36,19 @@ def test_train_eval_switch_is_one_expected_recompile():
     assert audit.verdict().status == "passed"
 
 
+def test_a_dropped_cache_entry_recompiles_at_the_phase_boundary_named_by_its_frame():
+    """A guarded object that dies takes its cache entry with it. The audit collects garbage before each phase and
+    pauses the collector during it, so the class a call made dies at the next phase's start, every run: the next
+    phase recompiles with no guard failure, named by the frame an earlier compile of it compiled."""
+    for _ in range(2):
+        audit = CaseAudit("toy/class-per-call/train", Budget())
+        _run(audit, toys.ClassPerCall(), [(f"train-{i}", "train", 2) for i in range(3)], dynamic=True)
+        dropped = [r for r in audit.result.recompiles if not r.failures]
+        assert [r.phase for r in dropped] and all(r.phase != "train-0" for r in dropped), audit.result.recompiles
+        assert all("resume_in_forward" in r.frame and "tests/selftest/toys.py" in r.frame for r in dropped), dropped
+        assert all("frame " not in s for s in audit.result.recompile_signatures)
+
+
 def test_python_attribute_changed_in_forward_recompiles_unexpectedly():
     audit = CaseAudit("toy/counter/train", Budget())
     _run(audit, toys.CountsCalls(), [(f"train-{i}", "train", 2) for i in range(3)], dynamic=True)

@@ -158,3 +158,14 @@ class CountsMergedCalls(Clean):
             self.merged_calls = getattr(self, "merged_calls", 0) + 1
             return self.linear(x) * (self.merged_calls / self.merged_calls)
         return self.linear(x)
+
+
+class ClassPerCall(Clean):
+    """Builds a class on every call, as Cartridge's embedding does; Dynamo guards on it, and a class lives in
+    reference cycles, so only the cyclic garbage collector frees it (and drops the cache entry that guarded it)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        class Proxy:  # PLANTED:class-per-call (a graph break: Dynamo cannot trace a class statement)
+            scale = 2.0
+
+        return self.linear(x) * Proxy.scale

@@ -73,7 +73,7 @@ def test_options_work_in_both_forms_from_another_directory(tmp_path):
     budgets.write_text((REPO_ROOT / "tests" / "compile_budgets.toml").read_text())
     test_file = REPO_ROOT / "tests" / "selftest" / "test_parity.py"
     args = [f"--budgets={budgets}", "--cpu-backend", "eager", "--compile-report", str(report)]
-    result = _pytest(*args, "-q", str(test_file), cwd=tmp_path)
+    result = _pytest(*args, "-q", "-m", "selftest", str(test_file), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert report.is_file()
 

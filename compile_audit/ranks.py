@@ -32,6 +32,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from compile_audit.collector import freeze_survivors
+
 PEER_GRACE_S = 10.0  # after a rank failed, how long its peers get to fail or finish on their own
 STACK_DUMP_WAIT_S = 1.0  # before a kill, how long a rank gets to write its Python stacks (SIGUSR1) to its log
 LOG_TAIL_LINES = 30
@@ -173,6 +175,7 @@ def _rank_main(
         MASTER_PORT=str(port),
     )
     torch.set_num_threads(1)
+    freeze_survivors()  # what the rank imported lives until it exits: each phase's collection stays cheap
     shipped = _Shipped(workdir_path / f"rank{rank}.json")
     try:
         _run(fn, shipped, rank, world_size, port, backend, timeout, args)

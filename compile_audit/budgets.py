@@ -72,6 +72,11 @@ _CAUSE_FIELDS = ("note", "link", "signatures", "known_failures")
 _TOML_ERROR_LINE = re.compile(r"at line (\d+)")
 
 
+def known_value_shown(value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+    """A known_* value as a person wrote it: a one-element list shows as its single string."""
+    return value[0] if isinstance(value, tuple) and len(value) == 1 else value
+
+
 class BudgetFileError(ValueError):
     """A malformed budgets file; the message names the file, the line and the entry."""
 
@@ -375,11 +380,11 @@ def _entry_text(case_id: str, budget: Budget) -> list[str]:
         out.append(f"note = {json.dumps(budget.note, ensure_ascii=False)}")
     for name in KNOWN_FAILURE_FIELDS:
         value = getattr(budget, name)
-        if isinstance(value, tuple) and len(value) > 1:
-            out += _list_text(name, value)
-        elif value:
-            value = value[0] if isinstance(value, tuple) else value
-            out.append(f"{name} = {json.dumps(value, ensure_ascii=False)}")
+        shown = known_value_shown(value)
+        if isinstance(shown, tuple) and shown:
+            out += _list_text(name, shown)
+        elif shown:
+            out.append(f"{name} = {json.dumps(shown, ensure_ascii=False)}")
     if budget.recorded_with:
         pairs = ", ".join(f"{name} = {json.dumps(value)}" for name, value in budget.recorded_with)
         out.append(f"recorded_with = {{ {pairs} }}")

@@ -32,7 +32,7 @@ import dataclasses
 import enum
 from collections.abc import Sequence
 
-from compile_audit.budgets import KNOWN_FAILURE_KINDS, Budget, Observed, compare
+from compile_audit.budgets import KNOWN_FAILURE_KINDS, Budget, Observed, compare, known_value_shown
 from compile_audit.normalize import normalize
 from compile_audit.result import AuditResult
 
@@ -196,7 +196,7 @@ def _known_failure_named(budget: Budget) -> str:
     for field in KNOWN_FAILURE_KINDS:
         value = getattr(budget, field)
         if value:
-            shown = value[0] if isinstance(value, tuple) and len(value) == 1 else value
+            shown = known_value_shown(value)
             named.append(f"{field} = {list(shown) if isinstance(shown, tuple) else shown!r}")
     return ", ".join(named) if named else "no known_* field: it holds nothing"
 

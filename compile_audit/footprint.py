@@ -59,13 +59,16 @@ class FootprintRecorder:
     def __init__(self, packages: Sequence[str]) -> None:
         self.packages = tuple(packages)
         self.codes: set[types.CodeType] = set()
-        self._profile = cProfile.Profile(builtins=False)  # C functions are no footprint
+        self._profile: cProfile.Profile | None = cProfile.Profile(builtins=False)  # C functions are no footprint
+        self._stopped: dict[str, list[str]] | None = None
 
     def _pause(self, *_: Any) -> None:
-        self._profile.disable()
+        if self._profile is not None:
+            self._profile.disable()
 
     def _resume(self, *_: Any) -> None:
-        self._profile.enable()
+        if self._profile is not None:
+            self._profile.enable()
 
     def install_callbacks(self) -> None:
         if self._pause not in callback_handler.start_callbacks:
@@ -86,15 +89,24 @@ class FootprintRecorder:
         with contextlib.suppress(ValueError):
             callback_handler.remove_end_callback(self._resume)
         _active.remove(self)
+        # The profiler holds every code object that ran, Dynamo's transformed code among them, and Dynamo removes a
+        # compiled graph (a global of the traced module) only when its transformed code dies: a stopped recorder
+        # keeps the names alone, so that each case's graphs die with the case.
+        self._stopped = self._recorded()
+        self._profile, self.codes = None, set()
 
     def _functions(self) -> Iterator[tuple[str, str]]:
-        codes = [*self.codes, *(entry.code for entry in self._profile.getstats())]
+        stats = self._profile.getstats() if self._profile is not None else ()
+        codes = [*self.codes, *(entry.code for entry in stats)]
         for code in codes:
             # Module and class bodies run once per process, in whichever case imports them first: no footprint.
             if isinstance(code, types.CodeType) and code.co_flags & inspect.CO_NEWLOCALS:
                 yield code.co_filename, getattr(code, "co_qualname", code.co_name)
 
     def footprint(self) -> dict[str, list[str]]:
+        return self._stopped if self._stopped is not None else self._recorded()
+
+    def _recorded(self) -> dict[str, list[str]]:
         files: dict[str, set[str]] = {}
         for filename, name in self._functions():
             path = short_path(filename)

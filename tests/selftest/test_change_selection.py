@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 
 import pytest
@@ -43,6 +44,18 @@ def test_dynamo_s_own_tracing_is_not_profiled():
     with FootprintRecorder(["torch"]) as recorder:
         torch.compile(compiled_entry, backend=CountingBackend("eager"))(torch.randn(3))
     assert not [path for path in recorder.footprint() if path.startswith("torch/_dynamo/symbolic_convert")]
+
+
+def test_a_stopped_recorder_keeps_no_compiled_graph_alive():
+    """Dynamo installs each compiled graph as a global of the traced module and removes it when its transformed code
+    dies; a recorder kept for the session (pytest's item stash) must not keep that code, nor the graphs, alive."""
+    torch._dynamo.reset()
+    with FootprintRecorder(["tests"]) as recorder:
+        torch.compile(compiled_entry, backend=CountingBackend("eager"))(torch.randn(3))
+    torch._dynamo.reset()
+    gc.collect()
+    assert not [name for name in globals() if name.startswith("__compiled_fn")]
+    assert "compiled_entry" in recorder.footprint()["tests/selftest/test_change_selection.py"]
 
 
 FOOTPRINTS = Footprints(

@@ -29,7 +29,9 @@ def collected_before() -> Iterator[None]:
 
 
 def freeze_survivors() -> None:
-    """Move every object alive now (modules, the registry, collected tests) out of the collector's reach, so that a
-    collection before each phase looks at what the session made since, not at the whole of torch."""
+    """Collect, then move every object still alive (modules, the registry, what earlier cases left behind) out of the
+    collector's reach, so that a collection before each phase looks at what was made since, not at the whole of torch.
+    Called after collection and before each case: what is alive then lives for the session, or leaks anyway (a cycle
+    among frozen objects is never collected)."""
     gc.collect()
     gc.freeze()

@@ -19,7 +19,7 @@ import torch
 
 from compile_audit import global_state
 from compile_audit.budgets import BudgetFile, BudgetFileError
-from compile_audit.case import CaseAudit, KnownFailureConfirmed
+from compile_audit.case import CaseAudit, KnownFailureConfirmed, reset_dynamo
 from compile_audit.collector import freeze_survivors
 from compile_audit.footprint import FootprintRecorder
 from compile_audit.footprint import active as footprint_active
@@ -174,6 +174,11 @@ def _leak_message(case_id: str, leaked: list[str], where: str) -> str:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item):
     if _is_case(item):
+        # What outlives the cases before (Dynamo keeps guard managers alive through finalizers on long-lived objects,
+        # e.g. classes) stays out of the collector's reach: each phase's collection scans only what this case made.
+        # Dynamo's caches go first, so that what they held is collected rather than frozen.
+        reset_dynamo()
+        freeze_survivors()
         item.stash[STATE_BEFORE_SETUP] = global_state.snapshot()
     if _is_case(item) and not _timed(item):
         recorder = FootprintRecorder(item.config.getini("compile_footprint_packages"))

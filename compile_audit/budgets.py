@@ -56,6 +56,8 @@ _FIELDS = (
 )
 KNOWN_FAILURE_KINDS = ("known_raises", "known_recompile_limit", "known_check")
 KNOWN_FAILURE_FIELDS = ("known_failure", *KNOWN_FAILURE_KINDS)
+# How a tool marks a known failure's reason it proposed: the review check fails until a person rewrites it.
+PROPOSED_REASON = "proposed: "
 # The kinds that may name several problems (a string, or an array of strings), in the same entry as each other.
 KNOWN_FAILURE_LISTS = ("known_recompile_limit", "known_check")
 # An entry with any of these records what was counted, so its expected recompiles are bounded (absent: 0).
@@ -500,6 +502,10 @@ class BudgetFile:
             if bare:
                 out[case_id] = bare
         return out
+
+    def proposed_reasons(self) -> list[str]:
+        """Known failures whose reason is still the one a tool proposed (PROPOSED_REASON), not a person's."""
+        return sorted(i for i, b in self.entries.items() if b.known_failure.startswith(PROPOSED_REASON))
 
     def stale(self, known_case_ids: set[str]) -> list[str]:
         return sorted(set(self.entries) - known_case_ids)

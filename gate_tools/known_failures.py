@@ -8,8 +8,9 @@ first check it failed (outputs differ from eager, a saved adapter is missing key
 
 Run it after recording a new part of the matrix, never to silence a regression: a known failure holds only what its
 known_* field names (from the report's fields: the frame at the limit, the type raised, the check's name), xfails
-while that happens and fails the run once it no longer does. Rewrite each reason in your own words before
-committing. Cases over budget are not marked (record their budget with
+while that happens and fails the run once it no longer does. Each reason it writes starts with "proposed: ", and
+tests/test_budgets_file.py fails until a person rewrites it in their own words (or removes it for a cause's
+known_failures that explains the failure). Cases over budget are not marked (record their budget with
 --update-budgets). An existing known_failure is kept. Exit status: 0, or 2 on bad input.
 """
 
@@ -21,7 +22,7 @@ import re
 import sys
 from pathlib import Path
 
-from compile_audit.budgets import Budget, BudgetFile, BudgetFileError
+from compile_audit.budgets import PROPOSED_REASON, Budget, BudgetFile, BudgetFileError
 from compile_audit.files import exclusive
 from compile_audit.normalize import normalize, without_ids
 from compile_audit.report import read_cases
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 if previous is not None and previous.known:
                     continue
                 budgets.entries[case_id] = dataclasses.replace(
-                    previous or Budget(), known_failure=reason, recorded=True, **held
+                    previous or Budget(), known_failure=PROPOSED_REASON + reason, recorded=True, **held
                 )
                 added.append(case_id)
                 fields = ", ".join(f"{field} = {value!r}" for field, value in held.items())

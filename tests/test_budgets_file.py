@@ -28,6 +28,14 @@ def test_every_budget_above_zero_is_explained_by_a_person(budgets):
     )
 
 
+def test_every_known_failure_reason_is_written_by_a_person(budgets):
+    proposed = budgets.proposed_reasons()
+    assert not proposed, (
+        f"{BUDGETS}: known failures whose reason is still the one scripts/record_known_failures.py proposed; rewrite"
+        f" each in your own words (or explain it in a cause's known_failures and remove it): {proposed[:20]}"
+    )
+
+
 def test_every_cause_is_explained_and_used(budgets):
     proposed = sorted(name for name, cause in budgets.causes.items() if not cause.explained)
     assert not proposed, f"{BUDGETS}: causes proposed by --update-budgets and not explained yet: {proposed}"

@@ -59,16 +59,14 @@ class FootprintRecorder:
     def __init__(self, packages: Sequence[str]) -> None:
         self.packages = tuple(packages)
         self.codes: set[types.CodeType] = set()
-        self._profile: cProfile.Profile | None = cProfile.Profile(builtins=False)  # C functions are no footprint
+        self._profile = cProfile.Profile(builtins=False)  # C functions are no footprint
         self._stopped: dict[str, list[str]] | None = None
 
     def _pause(self, *_: Any) -> None:
-        if self._profile is not None:
-            self._profile.disable()
+        self._profile.disable()
 
     def _resume(self, *_: Any) -> None:
-        if self._profile is not None:
-            self._profile.enable()
+        self._profile.enable()
 
     def install_callbacks(self) -> None:
         if self._pause not in callback_handler.start_callbacks:
@@ -93,11 +91,11 @@ class FootprintRecorder:
         # compiled graph (a global of the traced module) only when its transformed code dies: a stopped recorder
         # keeps the names alone, so that each case's graphs die with the case.
         self._stopped = self._recorded()
-        self._profile, self.codes = None, set()
+        del self._profile  # its callbacks are removed above: nothing calls it again
+        self.codes = set()
 
     def _functions(self) -> Iterator[tuple[str, str]]:
-        stats = self._profile.getstats() if self._profile is not None else ()
-        codes = [*self.codes, *(entry.code for entry in stats)]
+        codes = [*self.codes, *(entry.code for entry in self._profile.getstats())]
         for code in codes:
             # Module and class bodies run once per process, in whichever case imports them first: no footprint.
             if isinstance(code, types.CodeType) and code.co_flags & inspect.CO_NEWLOCALS:

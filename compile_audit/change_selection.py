@@ -1,17 +1,26 @@
-"""Footprints of many cases, committed as data, and the cases a change to the package under test selects.
+"""The cases a change to the package under test selects: those that ran a function whose executed code changed.
 
-The data file (JSON) maps each case id to the package files it ran (``compile_audit.footprint``), with the versions
-it was recorded on::
+A change is read from two versions of the package's source (:mod:`compile_audit.code_changes`: docstrings, comments,
+formatting and annotations that never execute do not count), and met with the committed footprints
+(:mod:`compile_audit.footprints_file`). Each change selects, and says why:
 
-    {"format": 1, "versions": {"peft": "0.21.2", ...},
-     "files": ["peft/peft_model.py", "peft/tuners/ia3/layer.py", ...],
-     "cases": {"llama-tiny/ia3/merge": [0, 1, ...], ...}}
-
-Selection (:func:`select`): a change selects every case whose footprint holds a changed file. A changed file that no
-footprint holds, or one that most cases run (``peft_model.py``, ``tuners_utils.py``), selects everything.
+- a changed or removed function: the cases that ran it. A function with a process-wide cache (``functools.cache``)
+  runs its body in the first case only, so its callers' cases join; so do they for a function that no recorded case
+  ran (a branch taken only under ``torch.compile``, say), and a function never run that module-level code reads runs
+  at import: every case;
+- an added function: a method, the cases that ran its class (it may override an inherited one); a module-level
+  function, the cases that ran a function that reads its name;
+- a module-level name (a constant, an import): the cases that ran a function that reads it, following names that
+  other module-level code computes from it;
+- a class-body statement (a dataclass field, a class attribute) or a class's header (bases, decorators): the cases
+  that ran the class, and those that ran a function that reads the name; when nothing of it ran, those that ran its
+  file, then its folder;
+- what cannot be mapped widens to every case: a file that does not parse, a statement run at import that binds no
+  name (a registration call), a function no case ran that module-level code reads.
 
     python -m compile_audit.change_selection record REPORT... --output tests/footprints.json
-    python -m compile_audit.change_selection changed BASE_PACKAGE_DIR HEAD_PACKAGE_DIR
+    python -m compile_audit.change_selection select BASE_PACKAGE_DIR HEAD_PACKAGE_DIR --footprints FILE
+    python -m compile_audit.change_selection replay --repo PEFT_CLONE --last 400 --json out/replay.json
 """
 
 from __future__ import annotations
@@ -21,133 +30,338 @@ import dataclasses
 import hashlib
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
+from compile_audit import code_changes
+from compile_audit.code_changes import FunctionChange, Module, ModuleChanges, StatementChange, UnparsableSource
 from compile_audit.files import write_text_atomic
+from compile_audit.footprints_file import Footprints, FootprintsError, from_reports, load, merged
 
-FORMAT = 1
-# A changed file that more than this share of the recorded cases runs selects every case: selecting "most" is
-# selecting all, and says so.
-EVERYTHING_SHARE = 0.5
-
-
-class FootprintsError(ValueError):
-    """A malformed footprints file or report; the message names the file and what is wrong."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Footprints:
-    cases: Mapping[str, frozenset[str]]  # case id -> package-relative files it ran
-    versions: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-    def cases_running(self, path: str) -> list[str]:
-        return sorted(case for case, files in self.cases.items() if path in files)
-
-    def to_json(self) -> str:
-        files = sorted(set().union(*self.cases.values())) if self.cases else []
-        index = {path: number for number, path in enumerate(files)}
-        lines = [
-            "{",
-            f'"format": {FORMAT},',
-            f'"versions": {json.dumps(dict(sorted(self.versions.items())))},',
-            '"files": [',
-            ",\n".join(json.dumps(path) for path in files),
-            "],",
-            '"cases": {',
-            ",\n".join(
-                f"{json.dumps(case)}: {json.dumps(sorted(index[p] for p in self.cases[case]))}"
-                for case in sorted(self.cases)
-            ),
-            "}",
-            "}",
-        ]
-        return "\n".join(lines) + "\n"
-
-
-def load(path: Path) -> Footprints:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FootprintsError(f"{path}: no such footprints file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise FootprintsError(f"{path}: unreadable footprints file: {error}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise FootprintsError(f"{path}: not a footprints file of format {FORMAT}")
-    files, cases = data.get("files"), data.get("cases")
-    if not isinstance(files, list) or not isinstance(cases, dict):
-        raise FootprintsError(f"{path}: 'files' must be a list and 'cases' an object")
-    footprints = {}
-    for case, numbers in cases.items():
-        if not isinstance(numbers, list) or not all(isinstance(n, int) and 0 <= n < len(files) for n in numbers):
-            raise FootprintsError(f"{path}: case {case!r}: expected indexes into 'files' (0 to {len(files) - 1})")
-        footprints[case] = frozenset(files[n] for n in numbers)
-    return Footprints(footprints, dict(data.get("versions") or {}))
-
-
-def from_reports(reports: Iterable[Mapping[str, Any]]) -> Footprints:
-    """The footprints of every audited case of compile reports (``--compile-report``); later reports win."""
-    cases: dict[str, frozenset[str]] = {}
-    versions: dict[str, str] = {}
-    for report in reports:
-        versions.update(report.get("versions") or {})
-        for record in report.get("cases", []):
-            footprint = record.get("footprint")
-            if isinstance(footprint, dict) and footprint:
-                cases[record["id"]] = frozenset(footprint)
-    return Footprints(cases, versions)
-
-
-def merged(old: Footprints, new: Footprints) -> Footprints:
-    """``old`` with every case ``new`` recorded replaced; the versions are those of ``new``."""
-    return Footprints({**old.cases, **new.cases}, dict(new.versions) or dict(old.versions))
+EVERYTHING = None  # a pick that selects every case
+CALLER_DEPTH = 3  # how far up the callers of a function that no case ran the selection looks
 
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
     everything: bool  # every case (the full matrix)
     cases: tuple[str, ...]  # when not everything: the cases the change selects
-    reasons: tuple[str, ...]  # one line per changed file: how many cases run it, or why it selects everything
+    reasons: tuple[str, ...]  # one line per change: what it selects and why
+    changed_files: tuple[str, ...] = ()  # files whose executed code differs
+
+    @property
+    def nothing_executes_differently(self) -> bool:
+        return not self.everything and not self.changed_files
 
 
-def select(footprints: Footprints, changed: Sequence[str]) -> Selection:
-    selected: set[str] = set()
-    reasons, everything = [], False
-    total = len(footprints.cases)
-    for path in sorted(changed):
-        running = footprints.cases_running(path)
-        if not running:
-            everything = True
-            reasons.append(f"{path}: in no case's footprint (a new file, or one no recorded case ran): every case")
-        elif len(running) > EVERYTHING_SHARE * total:
-            everything = True
-            reasons.append(
-                f"{path}: run by {len(running)} of {total} cases, more than {EVERYTHING_SHARE:.0%}: every case"
+# ----------------------------------------------------------------------------- who reads what
+
+
+class Readers:
+    """Who reads what, over both versions of the package (a reader on either side counts)."""
+
+    def __init__(self, modules: Iterable[Module]) -> None:
+        self.modules: dict[str, Module] = {}
+        self.by_attribute: dict[str, set[str]] = {}
+        self.by_string: dict[str, set[str]] = {}
+        self.by_name: dict[str, set[tuple[str, str]]] = {}  # name -> (function key, its module's path)
+        self.at_import: dict[str, list[tuple[str, code_changes.Statement]]] = {}
+        self.subclasses: dict[str, set[tuple[str, str]]] = {}  # base name -> (path, class qualname)
+        for module in modules:
+            self.modules.setdefault(module.path, module)
+            for qualname in module.functions:
+                key = f"{module.path}::{qualname}"
+                for name in module.attributes_read.get(qualname, ()):
+                    self.by_attribute.setdefault(name, set()).add(key)
+                for name in module.strings_read.get(qualname, ()):
+                    self.by_string.setdefault(name, set()).add(key)
+                for name in module.names_read.get(qualname, ()):
+                    self.by_name.setdefault(name, set()).add((key, module.path))
+            for statement in module.statements:
+                for name in statement.reads:
+                    self.at_import.setdefault(name, []).append((module.path, statement))
+            for qualname, bases in module.classes.items():
+                for base in bases:
+                    self.subclasses.setdefault(base, set()).add((module.path, qualname))
+
+    def _sees(self, reader_path: str, name: str, defined_in: str) -> bool:
+        """A bare name read in ``reader_path`` is the one ``defined_in`` binds: the same module, or a from-import
+        of it (or of a package above it that re-exports it)."""
+        if reader_path == defined_in:
+            return True
+        module = self.modules.get(reader_path)
+        imported = module.imports.get(name) if module else None
+        if not imported or imported[1] != name:
+            return False
+        source, defining = imported[0], code_changes.dotted_module(defined_in)
+        return defining == source or defining.startswith(source + ".")
+
+    def of_name(self, name: str, defined_in: str) -> set[str]:
+        """Functions that read a module-level name: bare where it is visible, or as a string (``getattr``)."""
+        found = {key for key, path in self.by_name.get(name, ()) if self._sees(path, name, defined_in)}
+        return found | self.by_string.get(name, set())
+
+    def of_attribute(self, name: str) -> set[str]:
+        """Functions that read an attribute of that name on anything (a class attribute, a dataclass field)."""
+        return self.by_attribute.get(name, set()) | self.by_string.get(name, set())
+
+    def at_import_time(self, name: str, defined_in: str) -> list[tuple[str, code_changes.Statement]]:
+        return [(path, s) for path, s in self.at_import.get(name, []) if self._sees(path, name, defined_in)]
+
+    def enclosing_class(self, path: str, qualname: str) -> str | None:
+        module = self.modules.get(path)
+        owner = qualname.rpartition(".")[0]
+        return owner if module and owner in module.classes else None
+
+    def with_subclasses(self, path: str, qualname: str) -> set[tuple[str, str]]:
+        """The class and every class that names it (or one of them) as a base, by name, transitively."""
+        found, pending = {(path, qualname)}, [qualname.rpartition(".")[2]]
+        while pending:
+            for subclass in self.subclasses.get(pending.pop(), ()):
+                if subclass not in found:
+                    found.add(subclass)
+                    pending.append(subclass[1].rpartition(".")[2])
+        return found
+
+
+# ----------------------------------------------------------------------------- the rules
+
+
+@dataclasses.dataclass(frozen=True)
+class Pick:
+    cases: frozenset[str] | None  # None: every case
+    reason: str
+
+
+def _count(cases: frozenset[str]) -> str:
+    return f"{len(cases)} case(s)"
+
+
+def _names(names: Iterable[str]) -> str:
+    shown = sorted(names)
+    return ", ".join(shown[:4]) + (", ..." if len(shown) > 4 else "")
+
+
+class _Rules:
+    def __init__(self, footprints: Footprints, readers: Readers) -> None:
+        self.footprints, self.readers = footprints, readers
+
+    def cases_of(self, keys: Iterable[str]) -> frozenset[str]:
+        return frozenset().union(*(self.footprints.ran(key) for key in keys))
+
+    def class_cases(self, path: str, qualname: str) -> frozenset[str]:
+        """The cases that ran a function of the class or of a subclass: those that can hold an instance of it."""
+        return frozenset().union(
+            *(self.footprints.ran_any(f"{p}::{q}.") for p, q in self.readers.with_subclasses(path, qualname))
+        )
+
+    def unrun(self, path: str, qualname: str, depth: int = 0) -> frozenset[str]:
+        """Where a function that no recorded case ran could run: a method, in the cases that ran its class; a
+        module-level function, in those that ran a function reading its name (further up while none ran)."""
+        owner = self.readers.enclosing_class(path, qualname)
+        if owner is not None:
+            return self.class_cases(path, owner)
+        if "<locals>" in qualname:  # runs where the function it is defined in runs
+            return self.footprints.ran(f"{path}::{qualname.split('.<locals>.')[0]}")
+        if depth >= CALLER_DEPTH:
+            return frozenset()
+        callers = self.readers.of_name(qualname, path)
+        cases = self.cases_of(callers)
+        for caller in callers:
+            if not self.footprints.ran(caller):
+                cases |= self.unrun(*caller.split("::", 1), depth=depth + 1)
+        return cases
+
+    def function(self, change: FunctionChange) -> Pick:
+        label = f"{change.path}::{change.qualname}"
+        owner = self.readers.enclosing_class(change.path, change.qualname)
+        if change.kind == "added":
+            if owner is not None:
+                cases = self.class_cases(change.path, owner)
+                return Pick(cases, f"{label}: added to {owner}: the {_count(cases)} that ran it or a subclass")
+            cases = self.unrun(change.path, change.qualname)
+            return Pick(cases, f"{label}: added: the {_count(cases)} that ran a function that names it")
+        ran = self.footprints.ran(label)
+        if change.cached:
+            cases = ran | self.unrun(change.path, change.qualname)
+            return Pick(
+                cases,
+                f"{label}: {change.kind}, cached once per process: the {_count(cases)} that ran it or its callers",
             )
-        else:
-            selected.update(running)
-            reasons.append(f"{path}: run by {len(running)} case(s)")
-    return Selection(everything, () if everything else tuple(sorted(selected)), tuple(reasons))
+        if ran:
+            return Pick(ran, f"{label}: {change.kind}: run by {_count(ran)}")
+        if owner is None:
+            for path, statement in self.readers.at_import_time(change.qualname, change.path):
+                return Pick(
+                    EVERYTHING,
+                    f"{label}: {change.kind}, run by no recorded case, read at import by"
+                    f" `{statement.text}` ({path}): every case",
+                )
+        cases = self.unrun(change.path, change.qualname)
+        where = f"ran {owner} or a subclass" if owner else "ran a function that names it"
+        return Pick(cases, f"{label}: {change.kind}, run by no recorded case: the {_count(cases)} that {where}")
+
+    def statement(self, change: StatementChange) -> Pick:
+        statement, path = change.statement, change.path
+        where = f"{path}: {change.kind} `{statement.text}`"
+        if not statement.binds:
+            return self.import_time_effect(path, where)
+        if statement.kind == "class":
+            (name,) = statement.binds
+            owner = f"{statement.scope}.{name}" if statement.scope else name
+            cases = self.class_cases(path, owner)
+            if cases:
+                return Pick(cases, f"{where}: the {_count(cases)} that ran {owner} or a subclass")
+            cases = self.cases_of(self.readers.of_name(name, path))
+            return Pick(cases, f"{where}: nothing ran {owner}: the {_count(cases)} that ran a function naming it")
+        if statement.scope:
+            cases = self.class_cases(path, statement.scope)
+            if cases:
+                return Pick(cases, f"{where}: the {_count(cases)} that ran {statement.scope} or a subclass")
+            cases = self.cases_of(set().union(*(self.readers.of_attribute(n) for n in statement.binds)))
+            return Pick(
+                cases,
+                f"{where}: nothing ran {statement.scope}: the {_count(cases)} that ran a reader of"
+                f" {_names(statement.binds)}",
+            )
+        names = self.computed_from(path, set(statement.binds))
+        cases = self.cases_of(set().union(*(self.readers.of_name(name, p) for p, name in names)))
+        return Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(n for _, n in names)}")
+
+    def import_time_effect(self, path: str, where: str) -> Pick:
+        """A statement that binds nothing acts at import (a registration call): on its own subpackage's cases; in
+        the package's top folder, or a subpackage no recorded case ran, on every case."""
+        folder = path.rpartition("/")[0]
+        cases = self.footprints.ran_any(f"{folder}/") if "/" in folder else frozenset()
+        if cases:
+            return Pick(
+                cases, f"{where}: runs at import, binds no name: the {_count(cases)} that ran code of {folder}/"
+            )
+        return Pick(EVERYTHING, f"{where}: runs at import and binds no name, in {folder}/: every case")
+
+    def computed_from(self, path: str, names: set[str]) -> set[tuple[str, str]]:
+        """The names, and those that module-level code computes from them at import (transitively), with the
+        module that binds each."""
+        found = {(path, name) for name in names}
+        pending = list(found)
+        while pending:
+            where, name = pending.pop()
+            for reader_path, statement in self.readers.at_import_time(name, where):
+                for bound in statement.binds:
+                    if (reader_path, bound) not in found:
+                        found.add((reader_path, bound))
+                        pending.append((reader_path, bound))
+        return found
 
 
-def _digests(root: Path) -> dict[str, str]:
-    package = root.name
-    return {
-        f"{package}/{path.relative_to(root).as_posix()}": hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(root.rglob("*.py"))
-        if "__pycache__" not in path.parts
-    }
+def select(
+    footprints: Footprints, changes: Sequence[ModuleChanges], readers: Readers, unparsable: Sequence[str] = ()
+) -> Selection:
+    rules = _Rules(footprints, readers)
+    picks = [Pick(EVERYTHING, f"{message}: every case") for message in unparsable]
+    for module in changes:
+        picks += [rules.function(change) for change in module.functions]
+        picks += [rules.statement(change) for change in module.statements]
+    everything = any(pick.cases is EVERYTHING for pick in picks)
+    cases = set().union(*(pick.cases for pick in picks if pick.cases is not EVERYTHING))
+    changed = sorted({m.path for m in changes if m.executes_differently} | {u.split(":", 1)[0] for u in unparsable})
+    ordered = sorted(picks, key=lambda pick: pick.cases is not EVERYTHING)  # what widened to everything first
+    return Selection(
+        everything, () if everything else tuple(sorted(cases)), tuple(p.reason for p in ordered), tuple(changed)
+    )
 
 
-def changed_files(base_root: Path, head_root: Path) -> list[str]:
-    """The package-relative Python files that differ between two installed copies of a package (added, removed or
-    edited), e.g. ``peft/tuners/ia3/layer.py``."""
-    for root in (base_root, head_root):
-        if not (root / "__init__.py").is_file():
-            raise FootprintsError(f"{root}: not a package directory (no __init__.py)")
-    base, head = _digests(base_root), _digests(head_root)
-    return sorted(path for path in base.keys() | head.keys() if base.get(path) != head.get(path))
+# ----------------------------------------------------------------------------- two versions of a package
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    identity: str  # equal identities, equal text (a content hash, a git blob id)
+    read: Callable[[], str]
+
+
+class ModuleCache:
+    """Parsed modules by path and identity: a replay over many commits parses each version of a file once."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[tuple[str, str], Module | UnparsableSource] = {}
+
+    def parse(self, path: str, source: Source) -> Module:
+        key = (path, source.identity)
+        if key not in self._parsed:
+            try:
+                self._parsed[key] = code_changes.parse_module(path, source.read())
+            except UnparsableSource as error:
+                self._parsed[key] = error
+        found = self._parsed[key]
+        if isinstance(found, UnparsableSource):
+            raise found
+        return found
+
+
+def compare_sources(
+    base: Mapping[str, Source], head: Mapping[str, Source], cache: ModuleCache | None = None
+) -> tuple[list[ModuleChanges], list[str], Readers]:
+    """The executed-code changes between two versions of a package (package-relative path -> source), the files that
+    do not parse, and who reads what on both sides."""
+    cache = cache or ModuleCache()
+    parsed: dict[tuple[str, str], Module] = {}
+    unparsable: dict[str, str] = {}
+    for side, files in (("base", base), ("head", head)):
+        for path, source in files.items():
+            try:
+                parsed[(side, path)] = cache.parse(path, source)
+            except UnparsableSource as error:
+                unparsable.setdefault(path, f"{error} ({side})")
+    changes = []
+    for path in sorted(base.keys() | head.keys()):
+        old, new = base.get(path), head.get(path)
+        if path in unparsable or (old and new and old.identity == new.identity):
+            continue
+        module_changes = code_changes.compare(parsed.get(("base", path)), parsed.get(("head", path)))
+        if module_changes.executes_differently:
+            changes.append(module_changes)
+    return changes, list(unparsable.values()), Readers(parsed.values())
+
+
+def package_files(root: Path) -> dict[str, Source]:
+    """The Python files of a package directory, by package-relative path (``peft/tuners/...``)."""
+    if not (root / "__init__.py").is_file():
+        raise FootprintsError(f"{root}: not a package directory (no __init__.py)")
+    files = {}
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        data = path.read_bytes()
+        text = data.decode("utf-8", errors="replace")
+        files[f"{root.name}/{path.relative_to(root).as_posix()}"] = Source(
+            hashlib.sha256(data).hexdigest(), lambda text=text: text
+        )
+    return files
+
+
+def select_between(footprints: Footprints, base_root: Path, head_root: Path) -> Selection:
+    changes, unparsable, readers = compare_sources(package_files(base_root), package_files(head_root))
+    return select(footprints, changes, readers, unparsable)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def _record(reports: Sequence[Path], output: Path) -> int:
+    loaded = []
+    for path in reports:
+        try:
+            loaded.append(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError) as error:
+            raise FootprintsError(f"{path}: unreadable compile report: {error}") from None
+    new = from_reports(loaded)
+    if not new.cases:
+        raise FootprintsError(f"{', '.join(map(str, reports))}: no case with a footprint")
+    result = merged(load(output), new) if output.exists() else new
+    write_text_atomic(output, result.to_json())
+    print(f"{output}: {len(new.cases)} case(s) recorded, {len(result.cases)} in all, {len(result.runs)} functions")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -158,37 +372,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = commands.add_parser("record", help="footprints of compile reports into the footprints file")
     record.add_argument("reports", nargs="+", type=Path)
     record.add_argument("--output", required=True, type=Path, help="the footprints file (merged when it exists)")
-    changed = commands.add_parser("changed", help="the files that differ between two copies of a package")
-    changed.add_argument("base", type=Path)
-    changed.add_argument("head", type=Path)
     choose = commands.add_parser("select", help="what a change selects, as JSON (scripts/gate)")
-    choose.add_argument("base", type=Path, help="the base side's installed package directory")
-    choose.add_argument("head", type=Path, help="the head side's installed package directory")
+    choose.add_argument("base", type=Path, help="the base side's package directory")
+    choose.add_argument("head", type=Path, help="the head side's package directory")
     choose.add_argument("--footprints", required=True, type=Path)
+    replay = commands.add_parser("replay", help="the selection of each of a git repository's last commits")
+    replay.add_argument("--repo", required=True, type=Path, help="a clone of the package's git repository")
+    replay.add_argument("--last", type=int, default=400, help="how many commits touching the package (default 400)")
+    replay.add_argument("--json", type=Path, help="write the commits' selections here")
+    replay.add_argument("--footprints", type=Path, default=Path("tests/footprints.json"))
+    replay.add_argument("--durations", type=Path, default=Path("tests/durations.json"))
+    replay.add_argument("--source-dir", default="src", help="the folder of the package in the repository")
     args = parser.parse_args(argv)
     try:
-        if args.command == "changed":
-            for path in changed_files(args.base, args.head):
-                print(path)
-            return 0
         if args.command == "select":
-            files = changed_files(args.base, args.head)
-            selection = select(load(args.footprints), files)
-            print(json.dumps({"changed": files, **dataclasses.asdict(selection)}))
+            selection = select_between(load(args.footprints), args.base, args.head)
+            print(json.dumps(dataclasses.asdict(selection)))
             return 0
-        reports = []
-        for path in args.reports:
-            try:
-                reports.append(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, json.JSONDecodeError) as error:
-                raise FootprintsError(f"{path}: unreadable compile report: {error}") from None
-        new = from_reports(reports)
-        if not new.cases:
-            raise FootprintsError(f"{', '.join(map(str, args.reports))}: no case with a footprint")
-        result = merged(load(args.output), new) if args.output.exists() else new
-        write_text_atomic(args.output, result.to_json())
-        print(f"{args.output}: {len(new.cases)} case(s) recorded, {len(result.cases)} in all")
-        return 0
+        if args.command == "replay":
+            from compile_audit import history_replay
+
+            return history_replay.main(args)
+        return _record(args.reports, args.output)
     except FootprintsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

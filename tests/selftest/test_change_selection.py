@@ -8,9 +8,10 @@ import json
 import pytest
 import torch
 
-from compile_audit import change_selection
-from compile_audit.change_selection import Footprints, changed_files, select
+from compile_audit import change_selection, footprints_file
+from compile_audit.change_selection import select_between
 from compile_audit.footprint import FootprintRecorder
+from compile_audit.footprints_file import Footprints
 from compile_audit.recompiles import CountingBackend
 
 pytestmark = pytest.mark.selftest
@@ -58,69 +59,127 @@ def test_a_stopped_recorder_keeps_no_compiled_graph_alive():
     assert "compiled_entry" in recorder.footprint()["tests/selftest/test_change_selection.py"]
 
 
-FOOTPRINTS = Footprints(
+BASE = {
+    "__init__.py": "from .layer import Linear\nregister('linear')\n",
+    "config.py": (
+        "from dataclasses import dataclass, field\n\n\n"
+        "@dataclass\nclass Config:\n"
+        "    r: int = field(default=8, metadata={'help': 'the rank'})\n"
+        "    alpha: int = 16\n\n"
+        "    def __post_init__(self):\n        self.scale = self.alpha / self.r\n"
+    ),
+    "layer.py": (
+        "RANKS = (1, 2)\n\n\n"
+        "class Linear:\n"
+        "    def forward(self, x: int) -> int:\n        'Doc.'\n        return x + 1  # add one\n\n"
+        "    def merge(self):\n        return helper()\n\n\n"
+        "def helper():\n    return RANKS\n\n\n"
+        "def uses_alpha(config):\n    return config.alpha\n"
+    ),
+}
+# Which case ran which function, as tests/footprints.json records them.
+TOY_FOOTPRINTS = Footprints(
+    ("m/a/train", "m/a/merge", "m/b/train", "m/c/train"),
     {
-        "m/ia3/merge": frozenset({"peft/tuners/ia3/layer.py", "peft/peft_model.py"}),
-        "m/ia3/train": frozenset({"peft/tuners/ia3/layer.py", "peft/peft_model.py"}),
-        "m/lora/train": frozenset({"peft/tuners/lora/layer.py", "peft/peft_model.py"}),
-        "m/lora/merge": frozenset({"peft/tuners/lora/layer.py", "peft/peft_model.py"}),
-        "m/lora/save": frozenset({"peft/tuners/lora/layer.py", "peft/peft_model.py", "peft/utils/save.py"}),
-    }
+        "toy/layer.py::Linear.forward": frozenset({"m/a/train", "m/a/merge"}),
+        "toy/layer.py::Linear.merge": frozenset({"m/a/merge"}),
+        "toy/layer.py::helper": frozenset({"m/a/merge"}),
+        "toy/layer.py::uses_alpha": frozenset({"m/b/train"}),
+        "toy/config.py::Config.__post_init__": frozenset({"m/a/train", "m/a/merge", "m/b/train"}),
+    },
 )
 
 
-def test_a_change_maps_to_the_cases_that_ran_it():
-    chosen = select(FOOTPRINTS, ["peft/tuners/ia3/layer.py"])
+def _toy(root, changes: dict[str, str] | None = None):
+    package = root / "toy"
+    for name, text in {**BASE, **(changes or {})}.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    return package
+
+
+def _select(tmp_path, changes):
+    return select_between(TOY_FOOTPRINTS, _toy(tmp_path / "base"), _toy(tmp_path / "head", changes))
+
+
+def test_a_changed_function_selects_exactly_the_cases_that_ran_it(tmp_path):
+    chosen = _select(tmp_path, {"layer.py": BASE["layer.py"].replace("return helper()", "return helper() + 1")})
     assert not chosen.everything
-    assert chosen.cases == ("m/ia3/merge", "m/ia3/train")
-    assert chosen.reasons == ("peft/tuners/ia3/layer.py: run by 2 case(s)",)
+    assert chosen.cases == ("m/a/merge",)
+    assert chosen.reasons == ("toy/layer.py::Linear.merge: changed: run by 1 case(s)",)
 
 
-def test_an_unknown_file_selects_everything():
-    chosen = select(FOOTPRINTS, ["peft/tuners/lora/layer.py", "peft/tuners/new/layer.py"])
-    assert chosen.everything and chosen.cases == ()
-    assert "peft/tuners/new/layer.py: in no case's footprint" in chosen.reasons[1]
+def test_docstrings_comments_formatting_and_annotations_select_nothing(tmp_path):
+    layer = (
+        BASE["layer.py"]
+        .replace("'Doc.'", "'Documented at length.'")
+        .replace("# add one", "# add one, said again")
+        .replace("def forward(self, x: int) -> int:", "def forward(self, x: float) -> float:")
+        .replace("return x + 1", "return (x +\n                1)")
+    )
+    config = BASE["config.py"].replace("'the rank'", "'the rank of each adapter'")
+    chosen = _select(tmp_path, {"layer.py": layer, "config.py": config})
+    assert chosen.nothing_executes_differently and chosen.cases == () and chosen.reasons == ()
 
 
-def test_a_file_most_cases_run_selects_everything():
-    chosen = select(FOOTPRINTS, ["peft/peft_model.py"])
-    assert chosen.everything
-    assert "run by 5 of 5 cases" in chosen.reasons[0]
+def test_a_changed_dataclass_field_selects_the_cases_that_ran_its_class(tmp_path):
+    chosen = _select(tmp_path, {"config.py": BASE["config.py"].replace("alpha: int = 16", "alpha: int = 32")})
+    assert not chosen.everything
+    assert chosen.cases == ("m/a/merge", "m/a/train", "m/b/train")
+    assert "Config or a subclass" in chosen.reasons[0]
 
 
-def _package(root, files: dict[str, str]):
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    return root
+def test_a_module_constant_selects_the_cases_that_ran_a_reader(tmp_path):
+    chosen = _select(tmp_path, {"layer.py": BASE["layer.py"].replace("RANKS = (1, 2)", "RANKS = (1, 2, 4)")})
+    assert chosen.cases == ("m/a/merge",)
 
 
-def test_changed_files_compares_two_installed_copies(tmp_path):
-    base = _package(tmp_path / "a" / "peft", {"__init__.py": "", "x.py": "1", "gone.py": "", "same.py": "s"})
-    head = _package(tmp_path / "b" / "peft", {"__init__.py": "", "x.py": "2", "new.py": "", "same.py": "s"})
-    assert changed_files(base, head) == ["peft/gone.py", "peft/new.py", "peft/x.py"]
+def test_a_function_no_case_ran_selects_its_callers_cases(tmp_path):
+    layer = (
+        BASE["layer.py"].replace("return RANKS", "return RANKS if unrun() else ()") + "\n\ndef unrun():\n    return 1\n"
+    )
+    base = _toy(tmp_path / "base", {"layer.py": layer})
+    head = _toy(tmp_path / "head", {"layer.py": layer.replace("return 1", "return 2")})
+    chosen = select_between(TOY_FOOTPRINTS, base, head)
+    assert chosen.cases == ("m/a/merge",)
+    assert "run by no recorded case" in chosen.reasons[0]
+
+
+def test_what_cannot_be_mapped_widens_to_every_case(tmp_path):
+    unparsable = _select(tmp_path / "a", {"layer.py": BASE["layer.py"] + "\ndef broken(:\n"})
+    assert unparsable.everything and "does not parse" in unparsable.reasons[0]
+    at_import = _select(tmp_path / "b", {"__init__.py": BASE["__init__.py"] + "configure_everything()\n"})
+    assert at_import.everything
+    assert "runs at import and binds no name" in at_import.reasons[0]
 
 
 def test_the_footprints_file_round_trips_and_names_a_bad_entry(tmp_path):
     path = tmp_path / "footprints.json"
-    path.write_text(FOOTPRINTS.to_json())
-    assert change_selection.load(path).cases == FOOTPRINTS.cases
+    path.write_text(TOY_FOOTPRINTS.to_json())
+    loaded = footprints_file.load(path)
+    assert loaded.runs == TOY_FOOTPRINTS.runs and loaded.cases == TOY_FOOTPRINTS.cases
     data = json.loads(path.read_text())
-    data["cases"]["m/ia3/merge"] = [99]
+    data["functions"]["toy/layer.py::helper"] = "1,7"
     path.write_text(json.dumps(data))
-    with pytest.raises(change_selection.FootprintsError, match=r"case 'm/ia3/merge': expected indexes"):
-        change_selection.load(path)
+    with pytest.raises(footprints_file.FootprintsError, match=r"function 'toy/layer.py::helper': '7' is outside"):
+        footprints_file.load(path)
 
 
-def test_record_merges_reports_into_the_file(tmp_path):
-    report = {"versions": {"peft": "0.21.2"}, "cases": [{"id": "m/ia3/merge", "footprint": {"peft/a.py": ["f"]}}]}
+def test_record_merges_reports_into_the_file_keeping_the_case_order(tmp_path):
+    report = {
+        "versions": {"peft": "0.21.2"},
+        "cases": [
+            {"id": "m/a/merge", "footprint": {"toy/a.py": ["f", "f.<locals>.<listcomp>"]}},
+            {"id": "m/d/new", "footprint": {"toy/a.py": ["g"]}},
+        ],
+    }
     (tmp_path / "r.json").write_text(json.dumps(report))
     out = tmp_path / "footprints.json"
-    out.write_text(FOOTPRINTS.to_json())
+    out.write_text(TOY_FOOTPRINTS.to_json())
     assert change_selection.main(["record", str(tmp_path / "r.json"), "--output", str(out)]) == 0
-    merged = change_selection.load(out)
-    assert (
-        merged.cases["m/ia3/merge"] == {"peft/a.py"}
-        and merged.cases["m/lora/train"] == FOOTPRINTS.cases["m/lora/train"]
-    )
+    merged = footprints_file.load(out)
+    assert merged.cases == (*TOY_FOOTPRINTS.cases, "m/d/new")
+    assert merged.runs["toy/a.py::f"] == {"m/a/merge"}  # a comprehension is the function it is written in
+    assert "toy/layer.py::helper" not in merged.runs  # m/a/merge was recorded again: what it no longer runs is gone
+    assert merged.runs["toy/layer.py::uses_alpha"] == {"m/b/train"}
     assert merged.versions == {"peft": "0.21.2"}

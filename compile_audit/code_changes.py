@@ -1,0 +1,445 @@
+"""What changed in the code a package executes, between two versions of its source, at the grain of functions.
+
+Both versions are parsed and normalised before they are compared, so that only what executes counts:
+
+- docstrings, comments and formatting are gone (they are not in the syntax tree, or are dropped from it);
+- annotations of a function's parameters, its return and its local variables are dropped: Python never evaluates
+  them at run time. Annotations in a class or module body are kept: they execute (a dataclass field is one);
+- an ``if TYPE_CHECKING:`` block at module level is dropped: it never runs.
+
+A function is named as its code object names it (``co_qualname``: ``LoraLayer.update_layer``,
+``get_peft_model.<locals>.helper``), so that a change meets the footprints recorded for it
+(:mod:`compile_audit.footprint`). Everything else in a module or class body is a *statement*, named by the names
+it binds; a statement that binds none (a call run at import) is reported as such, for the selection to widen on.
+
+Each function also gets the identifiers it reads (names, attributes, keyword arguments and identifier-like
+strings), so that a change to a constant, a class attribute or a dataclass field can be followed to the functions
+that read it. No torch here: the gate calls this before it installs anything heavy.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+
+# Decorators whose function body runs once per process (the first caller's case records it in its footprint).
+PROCESS_CACHES = frozenset({"cache", "lru_cache"})
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_DEFINITIONS = (*_FUNCTIONS, ast.ClassDef)
+_COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
+
+
+class UnparsableSource(ValueError):
+    """A file that does not parse: nothing in it can be mapped."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionDef:
+    qualname: str
+    dump: str  # the normalised syntax tree: equal dumps, equal behaviour
+    cached: bool  # decorated with a process-wide cache
+    lineno: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Statement:
+    scope: str  # "" for the module body, else the class's qualname
+    dump: str
+    binds: frozenset[str]  # the names it binds; empty for a call run at import
+    kind: str  # "import", "class" (a class's header: bases, decorators) or "other"
+    text: str  # its first source line, for the summary
+    reads: frozenset[str]  # the bare names it reads, at import time
+
+
+@dataclasses.dataclass(frozen=True)
+class Module:
+    """One parsed file: its functions, the other statements of its module and class bodies, what each reads."""
+
+    path: str  # package-relative: peft/tuners/lora/layer.py
+    functions: Mapping[str, FunctionDef]
+    statements: tuple[Statement, ...]
+    classes: Mapping[str, tuple[str, ...]]  # class qualname -> the names of its bases
+    attributes_read: Mapping[str, frozenset[str]]  # function qualname -> attributes and keyword arguments it reads
+    names_read: Mapping[str, frozenset[str]]  # function qualname -> the bare names it reads
+    strings_read: Mapping[str, frozenset[str]]  # function qualname -> identifier-like strings (getattr(x, "name"))
+    imports: Mapping[str, tuple[str, str]]  # local name -> (resolved source module, original name), from-imports
+
+    @property
+    def dotted(self) -> str:
+        return dotted_module(self.path)
+
+
+def dotted_module(path: str) -> str:
+    parts = path.removesuffix(".py").split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def parse_module(path: str, source: str) -> Module:
+    """``path`` is package-relative (``peft/utils/other.py``); raises :class:`UnparsableSource`."""
+    try:
+        tree = ast.parse(source, filename=path)
+    except (SyntaxError, ValueError) as error:
+        raise UnparsableSource(f"{path}: does not parse: {error}") from None
+    tree = _Normaliser().visit(tree)
+    builder = _ModuleBuilder(path, source)
+    builder.scope(tree.body, prefix="", scope="")
+    return Module(
+        path=path,
+        functions=builder.functions,
+        statements=tuple(builder.statements),
+        classes=dict(builder.classes),
+        attributes_read={name: frozenset(ids[0]) for name, ids in builder.identifiers.items()},
+        names_read={name: frozenset(ids[1]) for name, ids in builder.identifiers.items()},
+        strings_read={name: frozenset(ids[2]) for name, ids in builder.identifiers.items()},
+        imports=_from_imports(tree, path),
+    )
+
+
+# ----------------------------------------------------------------------------- normalisation
+
+
+def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return body[1:]
+    return body
+
+
+class _Normaliser(ast.NodeTransformer):
+    """Drops what never executes: docstrings, annotations inside functions, ``if TYPE_CHECKING:`` at module level."""
+
+    def visit_Module(self, node: ast.Module) -> ast.Module:
+        node.body = [s for s in _strip_docstring(node.body) if not _is_type_checking_only(s)]
+        for statement in node.body:
+            if isinstance(statement, ast.If) and _is_type_checking(statement.test):
+                statement.body = [ast.Pass()]
+        self.generic_visit(node)
+        return node
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
+        node.body = _strip_docstring(node.body) or [ast.Pass()]
+        for statement in node.body:
+            if isinstance(statement, ast.AnnAssign | ast.Assign) and isinstance(statement.value, ast.Call):
+                _drop_help_text(statement.value)
+        self.generic_visit(node)
+        return node
+
+    def _function(self, node):
+        node.body = _strip_docstring(node.body)
+        node.returns = None
+        for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs, node.args.vararg, node.args.kwarg):
+            if arg is not None:
+                arg.annotation = None
+                arg.type_comment = None
+        node.type_comment = None
+        node.body = [s for s in (_local_annotation(s) for s in node.body) if s is not None] or [ast.Pass()]
+        _LocalAnnotations().visit_body(node.body)
+        self.generic_visit(node)
+        return node
+
+    visit_FunctionDef = _function
+    visit_AsyncFunctionDef = _function
+
+
+def _drop_help_text(call: ast.Call) -> None:
+    """A dataclass field's ``metadata={"help": "..."}`` is its documentation (argument parsers print it)."""
+    for keyword in call.keywords:
+        if keyword.arg == "metadata" and isinstance(keyword.value, ast.Dict):
+            for index, key in enumerate(keyword.value.keys):
+                if isinstance(key, ast.Constant) and key.value == "help":
+                    keyword.value.values[index] = ast.Constant("")
+
+
+def _local_annotation(statement: ast.stmt) -> ast.stmt | None:
+    """A function's ``x: T = v`` is ``x = v``; a bare ``x: T`` does nothing."""
+    if not isinstance(statement, ast.AnnAssign):
+        return statement
+    if statement.value is None:
+        return None
+    return ast.Assign(targets=[statement.target], value=statement.value, lineno=statement.lineno)
+
+
+class _LocalAnnotations(ast.NodeTransformer):
+    """Annotated assignments nested in a function's compound statements (not in nested functions or classes)."""
+
+    def visit_body(self, body: list[ast.stmt]) -> None:
+        for statement in body:
+            if not isinstance(statement, _DEFINITIONS):
+                self.visit(statement)
+
+    def generic_visit(self, node: ast.AST) -> ast.AST:
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(node, field, None)
+            if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                kept = [s for s in (_local_annotation(s) for s in block) if s is not None] or [ast.Pass()]
+                setattr(node, field, kept)
+                self.visit_body(kept)
+        for handler in getattr(node, "handlers", []):
+            self.generic_visit(handler)
+        for case in getattr(node, "cases", []):
+            self.generic_visit(case)
+        return node
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _is_type_checking_only(statement: ast.stmt) -> bool:
+    return isinstance(statement, ast.If) and _is_type_checking(statement.test) and not statement.orelse
+
+
+def _dump(node: ast.AST) -> str:
+    return ast.dump(node, include_attributes=False)
+
+
+# ----------------------------------------------------------------------------- functions, statements, reads
+
+
+class _ModuleBuilder:
+    def __init__(self, path: str, source: str) -> None:
+        self.path = path
+        self.lines = source.splitlines()
+        self.functions: dict[str, FunctionDef] = {}
+        self.statements: list[Statement] = []
+        self.classes: dict[str, tuple[str, ...]] = {}
+        self.identifiers: dict[str, tuple[set[str], set[str], set[str]]] = {}
+
+    def scope(self, body: list[ast.stmt], prefix: str, scope: str) -> None:
+        """A module or class body: its definitions, and every other statement with the names it binds."""
+        for statement in body:
+            if isinstance(statement, _FUNCTIONS):
+                self.function(statement, f"{prefix}{statement.name}")
+            elif isinstance(statement, ast.ClassDef):
+                self.cls(statement, f"{prefix}{statement.name}", scope)
+            elif isinstance(statement, ast.Import | ast.ImportFrom) and len(statement.names) > 1:
+                # One name at a time: adding a name to an import changes that name only.
+                for alias in statement.names:
+                    single = copy.copy(statement)
+                    single.names = [alias]
+                    self.statement(single, scope)
+            elif isinstance(statement, _COMPOUND) and _holds_definitions(statement):
+                # ``try: from x import f`` / ``except ImportError: def f(...)``: the definitions are the scope's own.
+                self.scope(list(_definitions_in(statement)), prefix, scope)
+                self.statement(_without_definitions(statement), scope, extra_binds=_defined_names(statement))
+            else:
+                self.statement(statement, scope)
+
+    def function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str) -> None:
+        self.functions[qualname] = FunctionDef(qualname, _dump(node), _is_cached(node), node.lineno)
+        self.identifiers[qualname] = _identifiers(node)
+        for child in _nested_definitions(node):
+            if isinstance(child, _FUNCTIONS):
+                self.function(child, f"{qualname}.<locals>.{child.name}")
+            else:
+                self.class_in_function(child, f"{qualname}.<locals>.{child.name}")
+
+    def class_in_function(self, node: ast.ClassDef, qualname: str) -> None:
+        self.classes[qualname] = _base_names(node)
+        for item in node.body:
+            if isinstance(item, _FUNCTIONS):
+                self.function(item, f"{qualname}.{item.name}")
+
+    def cls(self, node: ast.ClassDef, qualname: str, scope: str) -> None:
+        self.classes[qualname] = _base_names(node)
+        header = copy.copy(node)
+        header.body = []
+        self.statement(header, scope, text_node=node)
+        self.scope(node.body, prefix=f"{qualname}.", scope=qualname)
+
+    def statement(
+        self, node: ast.stmt, scope: str, extra_binds: Iterable[str] = (), text_node: ast.stmt | None = None
+    ) -> None:
+        if isinstance(node, ast.Pass):
+            return
+        _, names, _ = _identifiers(node)
+        line = (text_node or node).lineno
+        text = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else type(node).__name__
+        self.statements.append(
+            Statement(
+                scope=scope,
+                dump=_dump(node),
+                binds=frozenset(_bound_names(node)) | frozenset(extra_binds),
+                kind="import" if isinstance(node, ast.Import | ast.ImportFrom) else "class" if text_node else "other",
+                text=text,
+                reads=frozenset(names),
+            )
+        )
+
+
+def _is_cached(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    for decorator in node.decorator_list:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+        if name in PROCESS_CACHES:
+            return True
+    return False
+
+
+def _holds_definitions(node: ast.stmt) -> bool:
+    return any(True for _ in _definitions_in(node))
+
+
+def _blocks(node: ast.stmt) -> Iterator[list[ast.stmt]]:
+    for field in ("body", "orelse", "finalbody"):
+        block = getattr(node, field, None)
+        if isinstance(block, list):
+            yield block
+    for handler in getattr(node, "handlers", []):
+        yield handler.body
+
+
+def _definitions_in(node: ast.stmt) -> Iterator[ast.stmt]:
+    for block in _blocks(node):
+        for statement in block:
+            if isinstance(statement, _DEFINITIONS):
+                yield statement
+            elif isinstance(statement, _COMPOUND):
+                yield from _definitions_in(statement)
+
+
+def _defined_names(node: ast.stmt) -> set[str]:
+    return {definition.name for definition in _definitions_in(node)}  # type: ignore[attr-defined]
+
+
+def _without_definitions(node: ast.stmt) -> ast.stmt:
+    """The compound statement with each definition in it replaced by a marker of its name."""
+    node = copy.deepcopy(node)
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        for block in _blocks(current):
+            for index, statement in enumerate(block):
+                if isinstance(statement, _DEFINITIONS):
+                    block[index] = ast.Expr(ast.Constant(f"def {statement.name}"))
+                elif isinstance(statement, _COMPOUND):
+                    stack.append(statement)
+    return node
+
+
+def _nested_definitions(node: ast.AST) -> Iterator[ast.stmt]:
+    """The functions and classes defined directly inside a function (not inside those)."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        child = stack.pop()
+        if isinstance(child, _DEFINITIONS):
+            yield child
+        else:
+            stack.extend(ast.iter_child_nodes(child))
+
+
+def _bound_names(node: ast.stmt) -> set[str]:
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    if isinstance(node, _DEFINITIONS):
+        return {node.name}
+    names = set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store | ast.Del):
+            names.add(child.id)
+        elif isinstance(child, ast.Import | ast.ImportFrom):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in child.names}
+        elif isinstance(child, ast.Attribute) and isinstance(child.ctx, ast.Store | ast.Del):
+            names.add(child.attr)  # a module-level ``obj.attr = v`` sets attr for whoever reads it
+    return names
+
+
+def _base_names(node: ast.ClassDef) -> tuple[str, ...]:
+    names = []
+    for base in node.bases:
+        if isinstance(base, ast.Name):
+            names.append(base.id)
+        elif isinstance(base, ast.Attribute):
+            names.append(base.attr)
+    return tuple(names)
+
+
+def _identifiers(node: ast.AST) -> tuple[set[str], set[str], set[str]]:
+    """What a node reads: attributes and keyword arguments, bare names, and identifier-like strings (``getattr(x,
+    "name")``)."""
+    attributes, names, strings = set(), set(), set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load):
+            names.add(child.id)
+        elif isinstance(child, ast.Attribute):
+            attributes.add(child.attr)
+        elif isinstance(child, ast.keyword) and child.arg:
+            attributes.add(child.arg)
+        elif isinstance(child, ast.Constant) and isinstance(child.value, str) and child.value.isidentifier():
+            strings.add(child.value)
+    return attributes, names, strings
+
+
+def _from_imports(tree: ast.Module, path: str) -> dict[str, tuple[str, str]]:
+    package = dotted_module(path) if path.endswith("__init__.py") else dotted_module(path).rpartition(".")[0]
+    imports = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
+                source = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                imports[alias.asname or alias.name] = (source, alias.name)
+    return imports
+
+
+# ----------------------------------------------------------------------------- comparing two versions
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionChange:
+    path: str
+    qualname: str
+    kind: str  # "changed", "added" or "removed"
+    cached: bool  # process-wide cache on either side
+
+
+@dataclasses.dataclass(frozen=True)
+class StatementChange:
+    path: str
+    statement: Statement
+    kind: str  # "added" or "removed" (an edited statement is one of each)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuleChanges:
+    path: str
+    functions: tuple[FunctionChange, ...]
+    statements: tuple[StatementChange, ...]
+
+    @property
+    def executes_differently(self) -> bool:
+        return bool(self.functions or self.statements)
+
+
+def compare(base: Module | None, head: Module | None) -> ModuleChanges:
+    """What differs in executed code between two versions of one file (None: the file is absent on that side)."""
+    path = (head or base).path  # type: ignore[union-attr]
+    base_functions = base.functions if base else {}
+    head_functions = head.functions if head else {}
+    functions = []
+    for name in sorted(base_functions.keys() | head_functions.keys()):
+        old, new = base_functions.get(name), head_functions.get(name)
+        if old is not None and new is not None and old.dump == new.dump:
+            continue
+        kind = "added" if old is None else "removed" if new is None else "changed"
+        cached = bool((old and old.cached) or (new and new.cached))
+        functions.append(FunctionChange(path, name, kind, cached))
+    old_statements = Counter(s.dump for s in (base.statements if base else ()))
+    new_statements = Counter(s.dump for s in (head.statements if head else ()))
+    by_dump = {s.dump: s for s in (*(base.statements if base else ()), *(head.statements if head else ()))}
+    statements = [
+        StatementChange(path, by_dump[dump], "removed") for dump in sorted((old_statements - new_statements).elements())
+    ] + [StatementChange(path, by_dump[dump], "added") for dump in sorted((new_statements - old_statements).elements())]
+    # The body of a class that only one side has is that class's header change: its header stands for it.
+    both = (base.classes.keys() if base else set()) & (head.classes.keys() if head else set())
+    statements = [c for c in statements if not c.statement.scope or c.statement.scope in both]
+    return ModuleChanges(path, tuple(functions), tuple(statements))

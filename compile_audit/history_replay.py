@@ -1,0 +1,154 @@
+"""The selection replayed over a package's real history: for each of the last commits that touch its Python files,
+what the committed footprints and durations would have run, and at what cost.
+
+    python -m compile_audit.change_selection replay --repo ~/src/peft --last 400 --json out/replay.json
+
+Each commit is compared with its first parent, both read from git (no checkout). The cost of a selection is the sum
+of its cases' durations (``tests/durations.json``, one side of the gate); the full matrix costs every case's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from compile_audit.change_selection import ModuleCache, Selection, Source, compare_sources, select
+from compile_audit.files import write_text_atomic
+from compile_audit.footprints_file import Footprints, FootprintsError, load
+
+
+class Git:
+    """Reads trees and blobs of one repository through a single ``git cat-file --batch`` process."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = repo
+        self._batch = subprocess.Popen(
+            ["git", "-C", str(repo), "cat-file", "--batch"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+
+    def run(self, *args: str) -> str:
+        done = subprocess.run(["git", "-C", str(self.repo), *args], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise FootprintsError(f"{self.repo}: git {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def blob(self, sha: str) -> str:
+        assert self._batch.stdin and self._batch.stdout
+        self._batch.stdin.write(f"{sha}\n".encode())
+        self._batch.stdin.flush()
+        size = int(self._batch.stdout.readline().split()[2])
+        data = self._batch.stdout.read(size + 1)[:-1]
+        return data.decode("utf-8", errors="replace")
+
+    def python_files(self, commit: str, source_dir: str) -> dict[str, Source]:
+        """The ``.py`` files under ``source_dir`` at ``commit``, by package-relative path."""
+        files = {}
+        for line in self.run("ls-tree", "-r", commit, "--", f"{source_dir}/").splitlines():
+            meta, path = line.split("\t", 1)
+            _, kind, sha = meta.split()
+            if kind == "blob" and path.endswith(".py"):
+                files[path.removeprefix(f"{source_dir}/")] = Source(sha, lambda sha=sha: self.blob(sha))
+        return files
+
+    def close(self) -> None:
+        if self._batch.stdin:
+            self._batch.stdin.close()
+        self._batch.wait()
+
+
+def case_durations(path: Path) -> dict[str, float]:
+    """Seconds per case id, from pytest-split's durations (``tests/x.py::test_y[<case id>]``)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise FootprintsError(f"{path}: unreadable durations file: {error}") from None
+    durations = {}
+    for node, seconds in data.items():
+        if node.endswith("]") and "[" in node:
+            case = node[node.index("[") + 1 : -1]
+            durations[case] = durations.get(case, 0.0) + float(seconds)
+    return durations
+
+
+@dataclasses.dataclass(frozen=True)
+class Replayed:
+    commit: str
+    subject: str
+    cases: int
+    full_matrix: bool
+    cpu_seconds: float
+    executes_differently: bool  # some executed code changed
+    reasons: tuple[str, ...]
+
+
+def cost(selection: Selection, footprints: Footprints, durations: Mapping[str, float]) -> tuple[int, float]:
+    median = statistics.median(durations.values()) if durations else 0.0
+    cases = footprints.cases if selection.everything else selection.cases
+    return len(cases), round(sum(durations.get(case, median) for case in cases), 1)
+
+
+def replay(
+    git: Git, footprints: Footprints, durations: Mapping[str, float], last: int, source_dir: str
+) -> list[Replayed]:
+    log = git.run("log", f"-{last}", "--format=%H%x09%s", "--", f"{source_dir}/*.py")
+    cache = ModuleCache()
+    results = []
+    for line in log.splitlines():
+        commit, subject = line.split("\t", 1)
+        parents = git.run("rev-list", "--parents", "-n", "1", commit).split()[1:]
+        base = git.python_files(parents[0], source_dir) if parents else {}
+        head = git.python_files(commit, source_dir)
+        changes, unparsable, readers = compare_sources(base, head, cache)
+        selection = select(footprints, changes, readers, unparsable)
+        count, seconds = cost(selection, footprints, durations)
+        results.append(
+            Replayed(
+                commit, subject, count, selection.everything, seconds, bool(selection.changed_files), selection.reasons
+            )
+        )
+    return results
+
+
+def _percentile(values: Sequence[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))] if ordered else 0.0
+
+
+def summary(results: Sequence[Replayed], full_matrix_seconds: float) -> list[str]:
+    seconds = [r.cpu_seconds for r in results]
+    total = len(results) or 1
+    full = sum(r.full_matrix for r in results)
+    still = [r for r in results if not r.executes_differently]
+    return [
+        f"{len(results)} commits; CPU-seconds per side: median {statistics.median(seconds or [0]):.0f}, p90"
+        f" {_percentile(seconds, 0.9):.0f}, mean {statistics.fmean(seconds or [0]):.0f} (the full matrix:"
+        f" {full_matrix_seconds:.0f})",
+        f"full matrix: {full} of {len(results)} commits ({full / total:.0%})",
+        f"no case at all: {sum(r.cases == 0 for r in results)} commits; of them, {len(still)} change no executed code"
+        f" ({sum(r.cases > 0 for r in still)} of those select a case)",
+        f"cases per commit: median {statistics.median([r.cases for r in results] or [0]):.0f}, p90"
+        f" {_percentile([r.cases for r in results], 0.9):.0f}",
+    ]
+
+
+def main(args: argparse.Namespace) -> int:
+    footprints = load(args.footprints)
+    durations = case_durations(args.durations)
+    git = Git(args.repo)
+    try:
+        results = replay(git, footprints, durations, args.last, args.source_dir)
+    finally:
+        git.close()
+    full_seconds = cost(Selection(True, (), ()), footprints, durations)[1]
+    for line in summary(results, full_seconds):
+        print(line)
+    if args.json:
+        data = {"commits": [dataclasses.asdict(r) for r in results]}
+        write_text_atomic(args.json, json.dumps(data, indent=1) + "\n")
+        print(f"{args.json}: {len(results)} commits")
+    return 0

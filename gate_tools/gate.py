@@ -1,15 +1,23 @@
-"""The compile gate, run locally: the same pytest selection on PEFT base and on PEFT head, then the diff.
+"""The compile gate, run locally: what a change to PEFT selects, run on head, and on base only where the verdict
+needs it, then the diff.
 
     peft-compile-gate --base peft==0.21.2 --head ~/src/peft --out out/gate -- -k "llama-tiny and lora"
     scripts/gate ...    # the same from a checkout, nothing installed
 
-Each side gets a fresh virtualenv with the same torch (``--torch``, default: the torch version of the
-Python running this script), this gate's dependencies, then the side's PEFT SPEC: anything pip installs
-(``peft==0.21.2``, a local path, ``git+https://github.com/huggingface/peft@<ref>``). Both sides run a
-snapshot of this checkout taken at the start, with their own inductor cache, and write into OUT:
-``base.json``/``head.json`` (compile reports), ``base.log``/``head.log`` (pytest), ``*-install.log`` (pip),
-``*-environment.txt`` (pip freeze), ``head-matrix.md`` and ``diff.md`` (python -m compile_audit.diff).
-Nothing is installed into the calling Python and nothing is written into the checkout.
+First both PEFT SPECs are fetched without their dependencies (anything pip installs: ``peft==0.21.2``, a local
+path, ``git+https://github.com/huggingface/peft@<ref>``), and the selection is computed from their source
+(``--select change``: the cases that ran a function whose executed code differs, compile_audit.change_selection).
+A change that selects no case ends there, with exit 0 and the reason, before any virtualenv is built.
+
+Head then runs the selection in a fresh virtualenv with torch (``--torch``, default: the torch version of the
+Python running this script), this gate's dependencies with transformers pinned to the version the budgets were
+recorded with (``--unpinned`` lifts it), and head's PEFT. When head's installed versions are the budgets' own, a
+case head passes cannot have regressed (the budgets judged it), so base runs only the cases head failed; on other
+versions base runs the whole selection. Base gets the same torch and pins. Both sides run a snapshot of this
+checkout taken at the start, with their own inductor cache, and write into OUT: ``base.json``/``head.json``
+(compile reports), ``base.log``/``head.log`` (pytest), ``*-install.log`` (pip), ``*-environment.txt`` (pip
+freeze), ``selection.md``, ``head-matrix.md`` and ``diff.md`` (python -m compile_audit.diff). Nothing is installed
+into the calling Python and nothing is written into the checkout.
 
 Exit status: 0 when nothing regressed, 1 when head regressed, 2 for anything else (an install failure, an
 unusable report, nothing audited, the GPU tier without CUDA), with the reason on one line of stderr.
@@ -18,7 +26,6 @@ unusable report, nothing audited, the GPU tier without CUDA), with the reason on
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import dataclasses
 import importlib.metadata
 import json
@@ -29,10 +36,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import tomllib
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from compile_audit.change_selection import Selection, select_between
+from compile_audit.footprints_file import FootprintsError
+from compile_audit.footprints_file import load as load_footprints
 from gate_tools import checkout
 from gate_tools.venv import ScratchVenv
 
@@ -73,7 +84,8 @@ class Options:
     select: str
     footprints: Path
     shard: tuple[int, int] | None  # (K, N): this run is shard K of N of the selection (pytest-split)
-    sides_in_parallel: bool
+    jobs: int  # pytest processes per side (pytest-xdist), each one thread
+    unpinned: bool  # transformers as pip resolves it, not as the budgets were recorded
     pytest_args: tuple[str, ...]
 
 
@@ -104,8 +116,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--select",
         choices=SELECTIONS,
         default="change",
-        help="change (default): the default run plus every full-matrix case whose footprint runs a PEFT file that"
-        " differs between base and head; default: the default run; full: the full matrix. Both sides run the same",
+        help="change (default): every case that ran a PEFT function whose executed code differs between base and"
+        " head (tests/footprints.json); default: the default run; full: the full matrix",
     )
     parser.add_argument(
         "--footprints",
@@ -120,10 +132,17 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         " merge the shards' base.json and head.json with python -m compile_audit.merge, then diff",
     )
     parser.add_argument(
-        "--sides-in-parallel",
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        metavar="N",
+        help="pytest processes per side (pytest-xdist; each runs one thread; default: this machine's cores)",
+    )
+    parser.add_argument(
+        "--unpinned",
         action="store_true",
-        help="run base and head at the same time (each pytest runs one thread: on a 2-core machine, half the wall"
-        " time; with -n auto each side would take every core)",
+        help="install the newest transformers pip allows instead of the budgets' recorded one (base then runs the"
+        " whole selection: the budgets cannot judge head alone on other versions)",
     )
     return parser
 
@@ -157,7 +176,8 @@ def parse_args(argv: Sequence[str], prog: str = PROG) -> Options:
         select=args.select,
         footprints=(args.footprints or REPO / "tests" / "footprints.json").expanduser().resolve(),
         shard=check_shard(args.shard),
-        sides_in_parallel=args.sides_in_parallel,
+        jobs=max(1, args.jobs),
+        unpinned=args.unpinned,
         pytest_args=tuple(pytest_args),
     )
 
@@ -230,7 +250,7 @@ def check_pytest_args(pytest_args: Sequence[str]) -> None:
             raise GateError(
                 f"pytest args: {arg.split('=')[0]} is not allowed (the gate sets the reports, never budgets)"
             )
-        if arg.split("=")[0] in ("--full-matrix", "--with-cases", "--splits", "--group"):
+        if arg.split("=")[0] in ("--full-matrix", "--with-cases", "--cases", "--splits", "--group", "-n"):
             raise GateError(f"pytest args: {arg.split('=')[0]} is not allowed (the gate chooses: --select, --shard)")
 
 
@@ -325,8 +345,11 @@ def _installed_version(shell: Shell, side: Side, env: dict[str, str], dist: str)
     return stdout.strip() if status == 0 and stdout.strip() else None
 
 
-def install(shell: Shell, side: Side, opts: Options, snapshot: Path, torch_spec: str) -> tuple[str, str]:
-    """A fresh venv with torch_spec, the gate's dependencies and the side's PEFT; returns (torch, peft) versions."""
+def install(
+    shell: Shell, side: Side, opts: Options, snapshot: Path, torch_spec: str, pins: Sequence[str] = ()
+) -> tuple[str, str]:
+    """A fresh venv with torch_spec, the gate's dependencies (with ``pins``) and the side's PEFT; returns (torch,
+    peft) versions."""
     env = side.env(snapshot)
     say(f"{side.name}: installing {torch_spec}, the gate and {side.spec!r} (log: {shown(side.install_log)})")
     if shell.run(side.scratch.create_command(), log=side.install_log, env=env) != 0:
@@ -338,7 +361,7 @@ def install(shell: Shell, side: Side, opts: Options, snapshot: Path, torch_spec:
         raise GateError(f"{side.name}: {torch_spec!r} installed no torch (see {shown(side.install_log)})")
     # Nothing installed after torch may replace it: both sides must test the same torch.
     constraints = side.work / "constraints.txt"
-    constraints.write_text(f"torch=={torch_version}\n", encoding="utf-8")
+    constraints.write_text("".join(f"{pin}\n" for pin in (f"torch=={torch_version}", *pins)), encoding="utf-8")
     _pip_install(shell, side, env, "the gate's dependencies", ["-c", constraints, "-e", f"{snapshot}[test]"])
     _pip_install(shell, side, env, side.spec, ["-c", constraints, side.spec])
     peft_version = _installed_version(shell, side, env, "peft")
@@ -405,7 +428,8 @@ def check_report(side: Side, shard: bool = False) -> int:
     cases = data.get("cases") if isinstance(data, dict) else None
     if not isinstance(cases, list):
         raise GateError(f"{side.name}: {shown(side.report)} is not a compile report (no 'cases' list)")
-    audited = [c for c in cases if isinstance(c, dict) and c.get("audited") is True and c.get("status") != "xfailed"]
+    # A known failure (xfailed) was audited too: what it names held, and nothing else was found.
+    audited = [c for c in cases if isinstance(c, dict) and c.get("audited") is True]
     if not audited and not shard:
         raise GateError(f"{side.name}: nothing audited: {_unaudited(cases)} (see {shown(side.log)})")
     return len(audited)
@@ -449,14 +473,14 @@ def _clear_outputs(out: Path) -> None:
     for side in ("base", "head"):
         for suffix in (".json", ".log", "-install.log", "-environment.txt", "-failed-cases.log", "-matrix.md"):
             (out / f"{side}{suffix}").unlink(missing_ok=True)
-    for name in ("diff.md", "selection.md", "selected-cases.txt"):
+    for name in ("diff.md", "selection.md", "selected-cases.txt", "base-cases.txt", "head-compared.json"):
         (out / name).unlink(missing_ok=True)
     shutil.rmtree(out / "torch-trace", ignore_errors=True)
 
 
-def run_diff(shell: Shell, base: Side, head: Side, snapshot: Path, opts: Options) -> int:
+def run_diff(shell: Shell, base: Side, head: Side, snapshot: Path, opts: Options, head_report: Path) -> int:
     out = opts.out / "diff.md"
-    cmd = [head.python, "-m", "compile_audit.diff", base.report, head.report, "--output", out]
+    cmd = [head.python, "-m", "compile_audit.diff", base.report, head_report, "--output", out]
     status, _, stderr = shell.capture(
         [*cmd, *(["--chart"] if opts.chart else [])], env=head.env(snapshot), cwd=snapshot
     )
@@ -477,65 +501,83 @@ def write_matrix(shell: Shell, head: Side, snapshot: Path) -> None:
         say(f"note: no compatibility matrix: {(stderr.strip().splitlines() or ['no message'])[-1]}")
 
 
-def _package_dir(shell: Shell, side: Side, snapshot: Path) -> Path:
-    # find_spec locates the package without importing it (importing peft imports torch and transformers).
-    code = "import importlib.util; print(importlib.util.find_spec('peft').submodule_search_locations[0])"
-    status, stdout, stderr = shell.capture([side.python, "-c", code], env=side.env(snapshot))
-    if status != 0 or not stdout.strip():
-        detail = (stderr.strip().splitlines() or ["no output"])[-1]
-        raise GateError(f"{side.name}: cannot locate the installed peft package: {detail}")
-    return Path(stdout.strip())
+def fetch_source(shell: Shell, side: Side) -> Path:
+    """The side's PEFT package, without its dependencies (seconds): the selection reads its source before anything
+    heavy is installed, and a SPEC pip cannot install fails here, with pip's reason."""
+    target = side.work / "source"
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--target", target, side.spec]
+    say(f"{side.name}: fetching {side.spec!r} without dependencies (log: {shown(side.install_log)})")
+    if shell.run(cmd, log=side.install_log, env=dict(os.environ), cwd=side.work) != 0:
+        raise GateError(f"{side.name}: pip cannot install {side.spec!r}: {_pip_reason(side.install_log)}")
+    package = target / "peft"
+    if not (package / "__init__.py").is_file():
+        raise GateError(f"{side.name}: {side.spec!r} installed no 'peft' package (see {shown(side.install_log)})")
+    return package
 
 
-def choose_selection(shell: Shell, base: Side, head: Side, snapshot: Path, opts: Options) -> list[str]:
-    """The pytest arguments of the selection both sides run, with what it chose and why in OUT/selection.md."""
+def _pip_reason(log: Path) -> str:
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.exists() else []
+    errors = [line.strip() for line in lines if line.strip().startswith("ERROR:")]
+    return (errors or [line.strip() for line in lines if line.strip()] or ["no output"])[-1][:400]
+
+
+@dataclasses.dataclass(frozen=True)
+class Chosen:
+    """What both sides may run: pytest arguments, and how many cases (None: not known before the run)."""
+
+    args: list[str]
+    cases: int | None
+    lines: list[str]
+
+
+def choose_selection(opts: Options, sources: tuple[Path, Path] | None) -> Chosen:
+    """The pytest arguments of the selection, with what it chose and why in OUT/selection.md."""
     if opts.select == "default":
-        lines, args = ["--select default: the default run"], []
+        chosen = Chosen([], None, ["--select default: the default run"])
     elif opts.select == "full":
-        lines, args = ["--select full: the full matrix"], ["--full-matrix"]
+        chosen = Chosen(["--full-matrix"], None, ["--select full: the full matrix"])
     else:
-        lines, args = _selection_by_change(shell, base, head, snapshot, opts)
-    if opts.shard is not None:
+        assert sources is not None
+        chosen = _selection_by_change(opts, *sources)
+    if opts.shard is not None and chosen.cases != 0:
         group, splits = opts.shard
-        durations = snapshot / "tests" / "durations.json"
-        args += ["--splits", str(splits), "--group", str(group), "--durations-path", str(durations)]
-        lines.append(f"shard {group} of {splits} of that selection (pytest-split, by tests/durations.json)")
-    for line in lines:
+        durations = REPO / "tests" / "durations.json"
+        chosen.args.extend(["--splits", str(splits), "--group", str(group), "--durations-path", str(durations)])
+        chosen.lines.append(f"shard {group} of {splits} of that selection (pytest-split, by tests/durations.json)")
+    for line in chosen.lines:
         say(f"selection: {line}")
-    (opts.out / "selection.md").write_text("".join(f"- {line}\n" for line in lines), encoding="utf-8")
-    return args
+    (opts.out / "selection.md").write_text("".join(f"- {line}\n" for line in chosen.lines), encoding="utf-8")
+    return chosen
 
 
-def _selection_by_change(
-    shell: Shell, base: Side, head: Side, snapshot: Path, opts: Options
-) -> tuple[list[str], list[str]]:
+def _selection_by_change(opts: Options, base_source: Path, head_source: Path) -> Chosen:
     if not opts.footprints.is_file():
         raise GateError(f"--select change: no footprints file {opts.footprints} (or choose --select default|full)")
-    cmd = [
-        head.python,
-        "-m",
-        "compile_audit.change_selection",
-        "select",
-        _package_dir(shell, base, snapshot),
-        _package_dir(shell, head, snapshot),
-        "--footprints",
-        opts.footprints,
+    try:
+        selection: Selection = select_between(load_footprints(opts.footprints), base_source, head_source)
+    except FootprintsError as error:
+        raise GateError(f"--select change: {error}") from None
+    if selection.nothing_executes_differently:
+        return Chosen(
+            [],
+            0,
+            [
+                "no executed PEFT code differs between base and head (docstrings, comments, formatting"
+                " and annotations do not count): no compile case to run"
+            ],
+        )
+    lines = [
+        f"{len(selection.changed_files)} PEFT file(s) differ in executed code:",
+        *(f"  {reason}" for reason in selection.reasons),
     ]
-    status, stdout, stderr = shell.capture(cmd, env=head.env(snapshot), cwd=snapshot)
-    if status != 0:
-        detail = (stderr.strip().splitlines() or ["no message"])[-1]
-        raise GateError(f"--select change: {detail}")
-    chosen = json.loads(stdout)
-    changed = chosen["changed"]
-    if not changed:
-        return ["no PEFT file differs between base and head: the default run"], []
-    lines = [f"{len(changed)} PEFT file(s) differ between base and head:", *(f"  {r}" for r in chosen["reasons"])]
-    if chosen["everything"]:
-        return [*lines, "so the full matrix runs"], ["--full-matrix"]
+    if selection.everything:
+        return Chosen(["--full-matrix"], None, [*lines, "so the full matrix runs"])
+    if not selection.cases:
+        return Chosen([], 0, [*lines, "so no recorded case ran the changed code: no compile case to run"])
     cases = opts.out / "selected-cases.txt"
-    cases.write_text("".join(f"{case}\n" for case in chosen["cases"]), encoding="utf-8")
-    summary = f"so the default run plus {len(chosen['cases'])} full-matrix case(s) run ({shown(cases)})"
-    return [*lines, summary], [f"--with-cases={cases}"]
+    cases.write_text("".join(f"{case}\n" for case in selection.cases), encoding="utf-8")
+    summary = f"so {len(selection.cases)} case(s) run ({shown(cases)})"
+    return Chosen([f"--cases={cases}"], len(selection.cases), [*lines, summary])
 
 
 def _same_torch(spec: str, installed: str) -> str:
@@ -553,6 +595,47 @@ def _work_dir(opts: Options) -> tuple[Path, bool]:
     return opts.work_dir, False
 
 
+def recorded_versions(snapshot: Path) -> dict[str, str]:
+    """The versions the CPU budgets were recorded with (tests/compile_budgets.toml, [versions.cpu])."""
+    path = snapshot / "tests" / "compile_budgets.toml"
+    try:
+        versions = tomllib.loads(path.read_text(encoding="utf-8")).get("versions", {}).get("cpu", {})
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise GateError(f"{path}: unreadable budgets file: {error}") from None
+    return {name: str(version) for name, version in versions.items()}
+
+
+def _installed(shell: Shell, side: Side, snapshot: Path, names: Sequence[str]) -> dict[str, str]:
+    env = side.env(snapshot)
+    return {name: version for name in names if (version := _installed_version(shell, side, env, name))}
+
+
+def _pytest_jobs(opts: Options, cases: int | None) -> list[str]:
+    jobs = min(opts.jobs, cases) if cases else opts.jobs
+    return ["-n", str(jobs)] if jobs > 1 else []
+
+
+def failed_cases(side: Side) -> list[str]:
+    data = json.loads(side.report.read_text(encoding="utf-8"))
+    return sorted(c["id"] for c in data["cases"] if isinstance(c, dict) and c.get("status") in ("failed", "error"))
+
+
+def write_compared_head(head: Side, base_cases: Sequence[str]) -> Path:
+    """Head's report cut to the cases base ran: the diff compares like with like."""
+    data = json.loads(head.report.read_text(encoding="utf-8"))
+    wanted = set(base_cases)
+    data["cases"] = [c for c in data["cases"] if isinstance(c, dict) and c.get("id") in wanted]
+    path = head.out / "head-compared.json"
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def _no_run(opts: Options, why: str) -> int:
+    (opts.out / "diff.md").write_text(f"# Compile gate\n\nNothing regressed: {why}.\n", encoding="utf-8")
+    say(f"no regression: {why} (diff: {shown(opts.out / 'diff.md')})")
+    return EXIT_OK
+
+
 def gate(opts: Options, shell: Shell, work: Path) -> int:
     opts.out.mkdir(parents=True, exist_ok=True)
     _clear_outputs(opts.out)
@@ -561,22 +644,46 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     head = Side("head", opts.head, opts.out, work / "head")
     for side in (base, head):
         side.work.mkdir(parents=True)
-    torch_version, _ = install(shell, base, opts, snapshot, opts.torch)
-    install(shell, head, opts, snapshot, _same_torch(opts.torch, torch_version))
-    selection = choose_selection(shell, base, head, snapshot, opts)
-    if opts.sides_in_parallel:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            runs = [pool.submit(run_suite, shell, side, snapshot, opts, selection) for side in (base, head)]
-            head_status = [run.result() for run in runs][1]
-    else:
-        run_suite(shell, base, snapshot, opts, selection)
-        head_status = run_suite(shell, head, snapshot, opts, selection)
+    sources = (fetch_source(shell, base), fetch_source(shell, head)) if opts.select == "change" else None
+    chosen = choose_selection(opts, sources)
+    if chosen.cases == 0:
+        return _no_run(opts, "the change selects no compile case (selection.md)")
+    recorded = recorded_versions(snapshot)
+    pins = [] if opts.unpinned or "transformers" not in recorded else [f"transformers=={recorded['transformers']}"]
+    torch_version, _ = install(shell, head, opts, snapshot, opts.torch, pins)
+    jobs = _pytest_jobs(opts, chosen.cases)
+    head_status = run_suite(shell, head, snapshot, opts, [*chosen.args, *jobs])
+    audited = check_report(head, shard=opts.shard is not None)
+    say(f"head: {audited} case(s) audited")
     if head_status == 1 and opts.rerun_failed:
-        rerun_failed(shell, head, snapshot, opts, selection)
-    for side in (base, head):
-        say(f"{side.name}: {check_report(side, shard=opts.shard is not None)} case(s) audited")
+        rerun_failed(shell, head, snapshot, opts, chosen.args)
     write_matrix(shell, head, snapshot)
-    status = run_diff(shell, base, head, snapshot, opts)
+    installed = _installed(shell, head, snapshot, ["torch", "transformers"])
+    on_recorded = all(installed.get(name) == recorded.get(name) for name in ("torch", "transformers"))
+    if on_recorded:
+        failing = failed_cases(head)
+        if not failing:
+            return _no_run(
+                opts,
+                f"head passed all {audited} audited case(s) against the budgets, on the versions they"
+                " were recorded with (base not needed)",
+            )
+        listing = opts.out / "base-cases.txt"
+        listing.write_text("".join(f"{case}\n" for case in failing), encoding="utf-8")
+        say(
+            f"base: only the {len(failing)} case(s) head failed ({shown(listing)}): a failure on base too is no"
+            " regression"
+        )
+        base_args = [f"--cases={listing}", *_pytest_jobs(opts, len(failing))]
+    else:
+        differ = ", ".join(f"{n} {installed.get(n)} (recorded {recorded.get(n)})" for n in ("torch", "transformers"))
+        say(f"base: the whole selection: installed versions are not the budgets' own ({differ})")
+        failing, base_args = None, [*chosen.args, *jobs]
+    install(shell, base, opts, snapshot, _same_torch(opts.torch, torch_version), pins)
+    run_suite(shell, base, snapshot, opts, base_args)
+    say(f"base: {check_report(base, shard=True)} case(s) audited")
+    compared = write_compared_head(head, failing) if failing is not None else head.report
+    status = run_diff(shell, base, head, snapshot, opts, compared)
     verdict = "head regressed" if status == EXIT_REGRESSION else "no regression"
     say(f"{verdict} (diff: {shown(opts.out / 'diff.md')})")
     return status

@@ -6,12 +6,14 @@ test shows one verdict or one exit-2 reason. tests/tools/test_gate_end_to_end.py
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from compile_audit.change_selection import Selection
 from gate_tools import gate
 
 pytestmark = pytest.mark.selftest
@@ -19,12 +21,19 @@ pytestmark = pytest.mark.selftest
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gate"
 
 AUDITED = {"id": "llama-tiny/lora/train-eval-train", "status": "passed", "audited": True}
+FAILED = {**AUDITED, "status": "failed"}
 SKIPPED = {
     "id": "llama-tiny/lora/train-eval-train@cuda-inductor",
     "status": "skipped",
     "audited": False,
     "message": "GPU tier: CUDA is not available on this machine",
 }
+ONE_CASE = Selection(
+    False,
+    ("llama-tiny/lora/train-eval-train",),
+    ("peft/tuners/lora/layer.py::Linear.forward: changed: run by 1 case(s)",),
+    ("peft/tuners/lora/layer.py",),
+)
 
 
 def report(*cases: dict) -> dict:
@@ -33,26 +42,36 @@ def report(*cases: dict) -> dict:
 
 class FakeShell:
     """Answers the gate's commands: pip and venv succeed unless a pip spec is in `failing_installs`; pytest
-    writes `reports[side]` (None: writes nothing) and exits `pytest_status[side]`; the diff exits `diff_status`."""
+    writes `reports[side]` (None: writes nothing) and exits `pytest_status[side]`; the diff exits `diff_status`.
+    `selection` is what the change selects (compile_audit.change_selection)."""
 
     def __init__(self, *, diff_status: int = 0, diff_stderr: str = "", cuda: bool = False, torch: str = "2.13.0+cpu"):
         self.commands: list[tuple[list[str], dict[str, str]]] = []
         self.failing_installs: set[str] = set()
-        self.reports: dict[str, dict | str | None] = {"base": report(AUDITED), "head": report(AUDITED)}
+        self.reports: dict[str, dict | str | None] = {"base": report(FAILED), "head": report(AUDITED)}
         self.pytest_status = {"base": 0, "head": 0}
         self.diff_status, self.diff_stderr = diff_status, diff_stderr
-        self.cuda, self.torch = cuda, torch
-        # What `python -m compile_audit.change_selection select` answers (--select change): by default no change.
-        self.selection = {"changed": [], "everything": False, "cases": [], "reasons": []}
+        self.cuda, self.torch, self.transformers = cuda, torch, "5.24.0"
+        self.selection = ONE_CASE
 
     @staticmethod
     def side(cmd: list[str]) -> str:
+        if "--target" in cmd:
+            return Path(cmd[cmd.index("--target") + 1]).parent.name  # <work>/<side>/source
         return Path(cmd[0]).parents[2].name  # <work>/<side>/venv/bin/python
 
     def run(self, cmd, *, log: Path, env: dict[str, str], cwd: Path | None = None) -> int:
         cmd = [str(c) for c in cmd]
         self.commands.append((cmd, env))
         log.touch()
+        if "--target" in cmd:
+            if cmd[-1] in self.failing_installs:
+                log.write_text("Collecting peft\nERROR: No matching distribution found for " + cmd[-1] + "\n")
+                return 1
+            package = Path(cmd[cmd.index("--target") + 1]) / "peft"
+            package.mkdir(parents=True, exist_ok=True)
+            (package / "__init__.py").touch()
+            return 0
         if cmd[1:3] == ["-m", "pip"]:
             return 1 if cmd[-1] in self.failing_installs else 0
         if cmd[1:3] == ["-m", "pytest"]:
@@ -73,12 +92,9 @@ class FakeShell:
         self.commands.append((cmd, env))
         if cmd[1] == "-c" and "cuda" in cmd[2]:
             return 0, f"{self.cuda}\n", ""
-        if cmd[1] == "-c" and "find_spec('peft')" in cmd[2]:
-            return 0, f"/{self.side(cmd)}/site-packages/peft\n", ""
-        if "compile_audit.change_selection" in cmd:
-            return 0, json.dumps(self.selection), ""
         if cmd[1] == "-c":
-            return 0, (self.torch if "'torch'" in cmd[2] else "0.21.2") + "\n", ""
+            versions = {"'torch'": self.torch, "'transformers'": self.transformers}
+            return 0, next((v for k, v in versions.items() if k in cmd[2]), "0.21.2") + "\n", ""
         if "compile_audit.diff" in cmd:
             Path(cmd[cmd.index("--output") + 1]).write_text("## diff\n- planted\n", encoding="utf-8")
             return self.diff_status, "", self.diff_stderr
@@ -87,24 +103,33 @@ class FakeShell:
     def ran(self, *words: str) -> list[list[str]]:
         return [cmd for cmd, _ in self.commands if all(w in cmd for w in words)]
 
-    def pytest_runs(self) -> list[list[str]]:
-        return [cmd for cmd, _ in self.commands if cmd[1:3] == ["-m", "pytest"]]
+    def pytest_runs(self, side: str | None = None) -> list[list[str]]:
+        runs = [cmd for cmd, _ in self.commands if cmd[1:3] == ["-m", "pytest"]]
+        return [cmd for cmd in runs if side is None or self.side(cmd) == side]
 
 
 @pytest.fixture
-def run_gate(tmp_path, capsys):
+def run_gate(tmp_path, capsys, monkeypatch):
     """main() with a fake shell; returns (status, stdout, stderr lines)."""
 
     def run(shell: FakeShell, *extra: str, base: str = "peft==0.21.2", head: str = "peft==0.21.2"):
+        monkeypatch.setattr(gate, "select_between", lambda footprints, base, head: shell.selection)
+        monkeypatch.setattr(gate, "load_footprints", lambda path: None)
         argv = ["--base", base, "--head", head, "--out", str(tmp_path / "out"), "--torch", "torch==2.13.0"]
         footprints = tmp_path / "footprints.json"
-        footprints.write_text('{"format": 1, "files": [], "cases": {}}', encoding="utf-8")
-        argv += ["--work-dir", str(tmp_path / "work"), "--footprints", str(footprints), *extra]
+        footprints.write_text("{}", encoding="utf-8")
+        argv += ["--work-dir", str(tmp_path / "work"), "--footprints", str(footprints), "--jobs", "1", *extra]
         status = gate.main(argv, shell=shell)
         captured = capsys.readouterr()
         return status, captured.out, captured.err.splitlines()
 
     return run
+
+
+def head_fails(shell: FakeShell) -> FakeShell:
+    shell.reports["head"] = report(FAILED)
+    shell.pytest_status["head"] = 1
+    return shell
 
 
 # ----------------------------------------------------------------------------- arguments
@@ -196,46 +221,115 @@ def test_pytest_args_are_everything_after_the_double_dash():
 # ----------------------------------------------------------------------------- verdicts and exit-2 paths
 
 
-def test_no_regression_exits_0_and_prints_the_diff(run_gate):
-    status, out, err = run_gate(FakeShell(diff_status=0))
+def test_head_passing_on_the_budgets_versions_exits_0_without_base(run_gate):
+    shell = FakeShell()
+    status, out, err = run_gate(shell)
     assert (status, err) == (0, [])
-    assert "## diff" in out and "gate: no regression" in out
+    assert "head passed all 1 audited case(s) against the budgets" in out
+    assert shell.pytest_runs("base") == [] and len(shell.ran("--target")) == 2  # base's source fetched, no more
+    assert not [cmd for cmd in shell.ran("pip", "install") if "--target" not in cmd and shell.side(cmd) == "base"]
 
 
-def test_a_regression_exits_1(run_gate):
-    status, out, err = run_gate(FakeShell(diff_status=1))
+def test_base_runs_only_the_cases_head_failed_and_the_diff_judges(run_gate, tmp_path):
+    shell = head_fails(FakeShell(diff_status=1))
+    status, out, err = run_gate(shell)
     assert (status, err) == (1, [])
     assert "- planted" in out and "gate: head regressed" in out
+    [base_run] = shell.pytest_runs("base")
+    listing = tmp_path / "out" / "base-cases.txt"
+    assert f"--cases={listing}" in base_run and listing.read_text().split() == [FAILED["id"]]
+    [diff] = shell.ran("compile_audit.diff")
+    assert diff[diff.index("--output") - 1].endswith("head-compared.json")
+
+
+def test_a_failure_on_base_too_is_no_regression(run_gate):
+    status, out, _ = run_gate(head_fails(FakeShell(diff_status=0)))
+    assert status == 0 and "gate: no regression" in out
+
+
+def test_on_other_versions_than_the_budgets_base_runs_the_whole_selection(run_gate, tmp_path):
+    shell = FakeShell()
+    shell.transformers = "5.25.0"
+    shell.reports["base"] = report(AUDITED)
+    status, out, _ = run_gate(shell, "--unpinned")
+    assert status == 0
+    assert "installed versions are not the budgets' own (torch 2.13.0+cpu (recorded 2.13.0+cpu), transformers" in out
+    [base_run] = shell.pytest_runs("base")
+    assert f"--cases={tmp_path / 'out' / 'selected-cases.txt'}" in base_run
+    assert not [cmd for cmd in shell.ran("-c") if "transformers==" in " ".join(cmd)]
+
+
+def test_transformers_is_pinned_to_the_budgets_version_unless_unpinned(run_gate, tmp_path):
+    run_gate(FakeShell())
+    constraints = (tmp_path / "work" / "head" / "constraints.txt").read_text().split()
+    assert constraints == ["torch==2.13.0+cpu", "transformers==5.24.0"]
+
+
+def test_a_change_to_no_executed_code_runs_nothing_and_exits_0(run_gate, tmp_path):
+    shell = FakeShell()
+    shell.selection = Selection(False, (), ())
+    status, out, err = run_gate(shell)
+    assert (status, err) == (0, [])
+    assert "no executed PEFT code differs" in out and "the change selects no compile case" in out
+    assert shell.pytest_runs() == [] and not shell.ran("venv")  # no virtualenv built
+    assert "Nothing regressed" in (tmp_path / "out" / "diff.md").read_text()
+
+
+def test_a_change_no_recorded_case_ran_runs_nothing(run_gate):
+    shell = FakeShell()
+    shell.selection = Selection(
+        False, (), ("peft/x.py::f: changed, run by no recorded case ...: none",), ("peft/x.py",)
+    )
+    status, out, _ = run_gate(shell)
+    assert status == 0 and "no recorded case ran the changed code" in out and shell.pytest_runs() == []
+
+
+def test_a_spec_pip_cannot_install_fails_before_anything_heavy_with_pips_reason(run_gate, tmp_path):
+    shell = FakeShell()
+    shell.failing_installs.add("peft==0.0.0.nonexistent")
+    status, _, err = run_gate(shell, base="peft==0.0.0.nonexistent")
+    assert status == 2
+    assert err == [
+        "gate: base: pip cannot install 'peft==0.0.0.nonexistent': ERROR: No matching distribution found for"
+        " peft==0.0.0.nonexistent"
+    ]
+    assert not shell.ran("venv") and shell.pytest_runs() == []
 
 
 def test_an_install_failure_exits_2_naming_the_spec_and_its_log(run_gate, tmp_path):
     shell = FakeShell()
-    shell.failing_installs.add("peft @ git+https://example.org/peft@nope")
-    status, _, err = run_gate(shell, head="peft @ git+https://example.org/peft@nope")
+    shell.failing_installs.add("torch==2.13.0")
+    status, _, err = run_gate(shell)
     assert status == 2
     log = tmp_path / "out" / "head-install.log"
-    assert err == [f"gate: head: pip install failed for 'peft @ git+https://example.org/peft@nope' (see {log})"]
-    assert shell.pytest_runs() == []  # nothing runs before both sides are installed
+    assert err == [f"gate: head: pip install failed for 'torch==2.13.0' (see {log})"]
+    assert shell.pytest_runs() == []
 
 
 def test_nothing_audited_exits_2_with_the_reason(run_gate, tmp_path):
     shell = FakeShell()
-    shell.reports["head"] = report(SKIPPED, {**AUDITED, "status": "xfailed"})
+    shell.reports["head"] = report(SKIPPED)
     status, _, err = run_gate(shell)
     assert status == 2
     assert len(err) == 1
-    expected = "gate: head: nothing audited: none of its 2 case(s) ran to an audit (1 skipped, 1 xfailed)"
-    assert err[0].startswith(expected)
+    assert err[0].startswith("gate: head: nothing audited: none of its 1 case(s) ran to an audit (1 skipped)")
     assert "first reason: GPU tier: CUDA is not available on this machine" in err[0]
     assert not shell.ran("compile_audit.diff")
 
 
+def test_a_known_failure_counts_as_audited(run_gate):
+    shell = FakeShell()
+    shell.reports["head"] = report({**AUDITED, "status": "xfailed"})
+    status, out, _ = run_gate(shell)
+    assert status == 0 and "head passed all 1 audited case(s)" in out
+
+
 def test_an_empty_report_is_nothing_audited(run_gate):
     shell = FakeShell()
-    shell.reports["base"] = report()
+    shell.reports["head"] = report()
     status, _, err = run_gate(shell)
     assert status == 2
-    assert err[0].startswith("gate: base: nothing audited: the report has no case")
+    assert err[0].startswith("gate: head: nothing audited: the report has no case")
 
 
 @pytest.mark.parametrize(
@@ -264,40 +358,31 @@ def test_a_stale_report_from_an_earlier_run_is_not_used(run_gate, tmp_path):
 
 @pytest.mark.parametrize(("pytest_status", "reason"), [(4, "usage error"), (5, "no tests collected"), (2, "interrupt")])
 def test_pytest_ending_other_than_pass_or_fail_exits_2(run_gate, pytest_status, reason):
-    shell = FakeShell()
+    shell = head_fails(FakeShell())
     shell.pytest_status["base"] = pytest_status
     status, _, err = run_gate(shell)
     assert status == 2
     assert err[0].startswith(f"gate: base: pytest exited {pytest_status} ({reason}")
 
 
-def test_failed_cases_are_the_diffs_to_judge_not_an_error(run_gate):
-    shell = FakeShell(diff_status=1)
-    shell.pytest_status["head"] = 1
-    status, _, err = run_gate(shell)
-    assert (status, err) == (1, [])
-
-
 def test_the_gpu_tier_without_cuda_exits_2_naming_the_skip(run_gate):
     """No -m parser: a side whose GPU cases all skipped audited nothing, and check_report says why."""
     shell = FakeShell(cuda=False)
-    skipped = {"id": "llama-tiny/lora/train-eval-train@cuda-inductor", "status": "skipped", "audited": False}
-    skipped["message"] = "GPU tier: CUDA is not available on this machine"
-    shell.reports = {"base": report(skipped), "head": report(skipped)}
-    status, _, err = run_gate(shell, "--", "-m", "gpu")
+    shell.reports = {"base": report(SKIPPED), "head": report(SKIPPED)}
+    status, _, err = run_gate(shell, "--select", "default", "--", "-m", "gpu")
     assert status == 2
-    assert "base: nothing audited" in err[0] and "CUDA is not available" in err[0]
+    assert "head: nothing audited" in err[0] and "CUDA is not available" in err[0]
 
 
 def test_the_gpu_tier_with_cuda_runs(run_gate):
-    shell = FakeShell(cuda=True)
-    status, _, _ = run_gate(shell, "--", "-m", "gpu", "-n", "auto")
+    shell = head_fails(FakeShell(cuda=True))
+    status, _, _ = run_gate(shell, "--select", "default", "--", "-m", "gpu")
     assert status == 0
-    assert [cmd[-4:] for cmd in shell.pytest_runs()] == [["-m", "gpu", "-n", "auto"]] * 2
+    assert [cmd[-2:] for cmd in shell.pytest_runs()] == [["-m", "gpu"]] * 2
 
 
 def test_a_diff_that_cannot_read_the_reports_exits_2(run_gate):
-    shell = FakeShell(diff_status=2, diff_stderr="compile_audit.diff: head.json: no case audited\n")
+    shell = head_fails(FakeShell(diff_status=2, diff_stderr="compile_audit.diff: head.json: no case audited\n"))
     status, _, err = run_gate(shell)
     assert status == 2
     assert err == ["gate: diff: python -m compile_audit.diff exited 2: compile_audit.diff: head.json: no case audited"]
@@ -322,18 +407,18 @@ def test_a_work_dir_that_is_not_empty_is_refused(run_gate, tmp_path):
 # ----------------------------------------------------------------------------- what each side gets
 
 
-def test_head_installs_exactly_the_torch_base_got(run_gate):
-    shell = FakeShell(torch="2.13.0+cpu")
+def test_base_installs_exactly_the_torch_head_got(run_gate):
+    shell = head_fails(FakeShell(torch="2.13.0+cpu"))
     run_gate(shell)
     torch_installs = [cmd[-1] for cmd in shell.ran("pip", "install") if cmd[-1].startswith("torch")]
     assert torch_installs == ["torch==2.13.0", "torch==2.13.0+cpu"]
-    assert all("-c" in cmd for cmd in shell.ran("pip", "install", "peft==0.21.2"))  # torch pinned under PEFT
+    assert all("-c" in cmd for cmd in shell.ran("pip", "install", "peft==0.21.2") if "--target" not in cmd)
 
 
 def test_each_side_has_its_own_venv_and_inductor_cache_and_none_of_the_callers_python_path(run_gate, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/caller/site")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/caller/inductor")
-    shell = FakeShell()
+    shell = head_fails(FakeShell())
     run_gate(shell)
     envs = {shell.side(cmd): env for cmd, env in shell.commands if cmd[1:3] == ["-m", "pytest"]}
     assert envs["base"]["TORCHINDUCTOR_CACHE_DIR"] != envs["head"]["TORCHINDUCTOR_CACHE_DIR"]
@@ -344,13 +429,12 @@ def test_each_side_has_its_own_venv_and_inductor_cache_and_none_of_the_callers_p
 
 
 def test_the_rerun_of_failed_cases_happens_only_on_request_and_only_when_head_failed(run_gate, tmp_path):
-    shell = FakeShell(diff_status=1)
-    shell.pytest_status["head"] = 1
-    run_gate(shell, "--rerun-failed", "--", "-n", "auto")
+    shell = head_fails(FakeShell(diff_status=1))
+    run_gate(shell, "--rerun-failed", "--", "-x")
     reruns = [(cmd, env) for cmd, env in shell.commands if "--last-failed" in cmd]
     assert len(reruns) == 1
     cmd, env = reruns[0]
-    assert shell.side(cmd) == "head" and cmd[-2:] == ["-n", "auto"] and "--compile-report" not in cmd
+    assert shell.side(cmd) == "head" and cmd[-1] == "-x" and "--compile-report" not in cmd
     assert env["TORCH_LOGS"] == "graph_breaks,recompiles_verbose"
     assert env["TORCH_TRACE"] == str(tmp_path / "out" / "torch-trace")
 
@@ -359,6 +443,14 @@ def test_no_rerun_when_head_passed(run_gate, tmp_path):
     shell = FakeShell(diff_status=0)
     run_gate(shell, "--rerun-failed")
     assert not [cmd for cmd, _ in shell.commands if "--last-failed" in cmd]
+
+
+def test_head_runs_on_as_many_processes_as_jobs_but_no_more_than_cases(run_gate):
+    shell = FakeShell()
+    shell.selection = dataclasses.replace(ONE_CASE, cases=("a/b/c", "d/e/f"))
+    run_gate(shell, "--jobs", "4")
+    [head_run] = shell.pytest_runs("head")
+    assert head_run[head_run.index("-n") + 1] == "2"  # two selected cases
 
 
 def test_the_snapshot_leaves_out_venvs_version_control_caches_and_the_output(tmp_path, monkeypatch):
@@ -377,45 +469,31 @@ def test_the_snapshot_leaves_out_venvs_version_control_caches_and_the_output(tmp
 # ----------------------------------------------------------------------------- selection by change
 
 
-def test_a_change_runs_the_default_run_plus_its_cases_on_both_sides(run_gate, tmp_path):
+def test_a_change_runs_exactly_its_cases_and_says_why(run_gate, tmp_path):
     shell = FakeShell()
-    shell.selection = {
-        "changed": ["peft/tuners/ia3/layer.py"],
-        "everything": False,
-        "cases": ["llama-tiny/ia3/merge-unmerge", "opt-tiny/ia3/save-load"],
-        "reasons": ["peft/tuners/ia3/layer.py: run by 2 case(s)"],
-    }
+    shell.selection = Selection(
+        False,
+        ("llama-tiny/ia3/merge-unmerge", "opt-tiny/ia3/save-load"),
+        ("peft/tuners/ia3/layer.py::Linear.merge: changed: run by 2 case(s)",),
+        ("peft/tuners/ia3/layer.py",),
+    )
     status, out, _ = run_gate(shell)
     assert status == 0
     listed = tmp_path / "out" / "selected-cases.txt"
     assert listed.read_text().split() == ["llama-tiny/ia3/merge-unmerge", "opt-tiny/ia3/save-load"]
-    for side in ("base", "head"):
-        [cmd] = [c for c in shell.pytest_runs() if FakeShell.side(c) == side]
-        assert f"--with-cases={listed}" in cmd and "--full-matrix" not in cmd
-    assert "peft/tuners/ia3/layer.py: run by 2 case(s)" in out
-    assert "plus 2 full-matrix case(s)" in (tmp_path / "out" / "selection.md").read_text()
+    [head_run] = shell.pytest_runs("head")
+    assert f"--cases={listed}" in head_run and "--full-matrix" not in head_run
+    assert "peft/tuners/ia3/layer.py::Linear.merge: changed: run by 2 case(s)" in out
+    assert "so 2 case(s) run" in (tmp_path / "out" / "selection.md").read_text()
 
 
 def test_a_change_that_selects_everything_runs_the_full_matrix(run_gate):
     shell = FakeShell()
-    shell.selection = {
-        "changed": ["peft/new.py"],
-        "everything": True,
-        "cases": [],
-        "reasons": ["peft/new.py: in no case's footprint"],
-    }
+    shell.selection = Selection(True, (), ("peft/x.py: does not parse: ...: every case",), ("peft/x.py",))
     status, out, _ = run_gate(shell)
     assert status == 0
     assert all("--full-matrix" in cmd for cmd in shell.pytest_runs())
     assert "so the full matrix runs" in out
-
-
-def test_no_change_runs_the_default_run_and_says_so(run_gate):
-    shell = FakeShell()
-    status, out, _ = run_gate(shell)
-    assert status == 0
-    assert not [c for c in shell.pytest_runs() if "--full-matrix" in c or any("--with-cases" in a for a in c)]
-    assert "no PEFT file differs" in out
 
 
 def test_the_selection_is_chosen_by_the_gate_not_by_pytest_args(run_gate):
@@ -423,13 +501,12 @@ def test_the_selection_is_chosen_by_the_gate_not_by_pytest_args(run_gate):
     assert status == 2 and "the gate chooses: --select, --shard" in err[-1]
 
 
-def test_a_shard_runs_its_part_of_the_selection_on_both_sides(run_gate, tmp_path):
-    shell = FakeShell()
-    shell.reports["head"] = report()  # a shard may audit nothing: the merged report is checked
-    status, _, _ = run_gate(shell, "--shard", "2/3")
-    assert status == 0
-    runs = shell.pytest_runs()
-    assert len(runs) == 2
+def test_a_shard_runs_its_part_of_the_selection(run_gate, tmp_path):
+    shell = head_fails(FakeShell())
+    shell.reports["base"] = report()  # a shard may audit nothing: the merged report is checked
+    run_gate(shell, "--shard", "2/3")
+    runs = shell.pytest_runs("head")
+    assert len(runs) == 1
     for cmd in runs:
         assert cmd[cmd.index("--splits") + 1] == "3" and cmd[cmd.index("--group") + 1] == "2"
         assert cmd[cmd.index("--durations-path") + 1].endswith("tests/durations.json")
@@ -440,10 +517,3 @@ def test_a_shard_runs_its_part_of_the_selection_on_both_sides(run_gate, tmp_path
 def test_a_bad_shard_is_refused(run_gate, shard):
     status, _, err = run_gate(FakeShell(), "--shard", shard)
     assert status == 2 and "--shard: " in err[-1]
-
-
-def test_sides_in_parallel_runs_both_and_still_judges_head(run_gate):
-    shell = FakeShell(diff_status=1)
-    status, _, _ = run_gate(shell, "--sides-in-parallel")
-    assert status == 1
-    assert sorted(FakeShell.side(cmd) for cmd in shell.pytest_runs()) == ["base", "head"]

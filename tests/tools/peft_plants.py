@@ -1,0 +1,162 @@
+"""A PEFT release's source with regressions planted (or real fixes undone): how a pull request looks to the gate.
+
+    python -m tests.tools.peft_plants out/plants/shira-ia3 --plant shira-break --plant ia3-merged-recompile
+    scripts/gate --base peft==0.21.2 --head out/plants/shira-ia3 --out out/gate-shira-ia3
+
+The sdist of ``--version`` (default: the installed peft) is downloaded and extracted into DEST, then each plant's
+edits are applied; an edit whose text is not found is an error naming the plant and the file. ``undo-3183`` reverses
+peft#3183 from a clone of PEFT's repository (``--peft-repo``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.metadata
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+BREAK = "torch._dynamo.graph_break()  # PLANTED"
+FORWARD = "    def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:\n"
+BASE_CALL = "            result = self.base_layer(x, *args, **kwargs)\n"
+MERGED = "        elif self.merged:\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class Edit:
+    path: str  # inside src/
+    old: str
+    new: str
+
+
+PLANTS: dict[str, tuple[Edit, ...]] = {
+    # Executes nothing differently: a docstring, a comment, an annotation.
+    "docstring-only": (
+        Edit(
+            "peft/peft_model.py",
+            "    Base model encompassing various Peft methods.\n",
+            "    Base model encompassing various Peft methods, wrapping a transformers model.\n",
+        ),
+        Edit("peft/tuners/lora/layer.py", "    # Lora implemented in a dense layer\n", "    # LoRA on nn.Linear\n"),
+        Edit(
+            "peft/tuners/ia3/layer.py",
+            "    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:\n"
+            "        dtype = previous_dtype = x.dtype\n        if self.disable_adapters:",
+            "    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:  # the IA3 scaling\n"
+            "        dtype = previous_dtype = x.dtype\n        if self.disable_adapters:",
+        ),
+    ),
+    "shira-break": (
+        Edit(
+            "peft/tuners/shira/layer.py",
+            f"{FORWARD}        if self.disable_adapters:",
+            f"{FORWARD}        {BREAK}\n        if self.disable_adapters:",
+        ),
+    ),
+    # An int attribute bumped on each merged call: Dynamo guards on its value, so every call recompiles.
+    "ia3-merged-recompile": (
+        Edit(
+            "peft/tuners/ia3/layer.py",
+            f"{MERGED}{BASE_CALL}        else:\n            ia3_scaling = 1",
+            f"{MERGED}            self.merged_calls = getattr(self, 'merged_calls', 0) + 1  # PLANTED\n"
+            "            result = self.base_layer(x, *args, **kwargs) * (1 + 0 * self.merged_calls)\n"
+            "        else:\n            ia3_scaling = 1",
+        ),
+    ),
+    "vera-disabled-break": (
+        Edit(
+            "peft/tuners/vera/layer.py",
+            f"                self.unmerge()\n{BASE_CALL}{MERGED}",
+            f"                self.unmerge()\n{BASE_CALL}            {BREAK}\n{MERGED}",
+        ),
+    ),
+    "oft-merged-break": (
+        Edit(
+            "peft/tuners/oft/layer.py",
+            f"{MERGED}{BASE_CALL}        else:\n            for active_adapter in self.active_adapters:\n"
+            "                if active_adapter not in self.oft_R",
+            f"{MERGED}{BASE_CALL}            {BREAK}\n"
+            "        else:\n            for active_adapter in self.active_adapters:\n"
+            "                if active_adapter not in self.oft_R",
+        ),
+    ),
+    # peft#3558 undone: PeftModel.forward reads the deprecated config.use_return_dict (a logging call under Dynamo).
+    "undo-3558": (
+        Edit(
+            "peft/peft_model.py",
+            "return_dict = return_dict if return_dict is not None else _get_return_dict_transformers_v4(self.config)",
+            "return_dict = return_dict if return_dict is not None else self.config.use_return_dict",
+        ),
+    ),
+}
+UPSTREAM_COMMITS = {"undo-3183": ("15af19751a0a960a4e4f1847a4b5dee0f801e0aa", "src/peft/utils/hotswap.py")}
+
+
+class PlantError(Exception):
+    pass
+
+
+def download_source(version: str, dest: Path) -> Path:
+    with tempfile.TemporaryDirectory() as downloads:
+        pip = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--dest", downloads]
+        done = subprocess.run([*pip, f"peft=={version}"], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise PlantError(f"pip download peft=={version} failed: {done.stderr.strip().splitlines()[-1:]}")
+        (archive,) = Path(downloads).glob("peft-*.tar.gz")
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        with tarfile.open(archive) as tar:
+            tar.extractall(downloads, **safe)
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(Path(downloads) / archive.name.removesuffix(".tar.gz"), dest)
+    return dest
+
+
+def apply(source: Path, plant: str, peft_repo: Path | None = None) -> None:
+    if plant in UPSTREAM_COMMITS:
+        if peft_repo is None:
+            raise PlantError(f"{plant}: needs --peft-repo (a clone of huggingface/peft)")
+        commit, path = UPSTREAM_COMMITS[plant]
+        patch = subprocess.run(
+            ["git", "-C", str(peft_repo), "show", commit, "--", path], capture_output=True, check=True
+        ).stdout
+        done = subprocess.run(["patch", "-R", "-p1", "-d", str(source)], input=patch, capture_output=True, check=False)
+        if done.returncode != 0:
+            raise PlantError(f"{plant}: the reverse of {commit[:9]} does not apply: {done.stdout.decode()[-300:]}")
+        return
+    if plant not in PLANTS:
+        raise PlantError(f"unknown plant {plant!r}; known: {', '.join([*PLANTS, *UPSTREAM_COMMITS])}")
+    for edit in PLANTS[plant]:
+        path = source / "src" / edit.path
+        text = path.read_text(encoding="utf-8")
+        if edit.old not in text:
+            raise PlantError(f"{plant}: {edit.path}: the text to replace is not there: {edit.old.splitlines()[0]!r}")
+        planted = text.replace(edit.old, edit.new, 1)
+        compile(planted, str(path), "exec")
+        path.write_text(planted, encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.tools.peft_plants", description=__doc__.split("\n")[0])
+    parser.add_argument("dest", type=Path)
+    parser.add_argument("--plant", action="append", default=[], help=f"one of {', '.join(PLANTS)}, undo-3183")
+    parser.add_argument("--version", default=None, help="the PEFT release (default: the installed one)")
+    parser.add_argument("--peft-repo", type=Path, help="a clone of huggingface/peft (undo-3183)")
+    args = parser.parse_args(argv)
+    try:
+        source = download_source(args.version or importlib.metadata.version("peft"), args.dest)
+        for plant in args.plant:
+            apply(source, plant, args.peft_repo)
+    except PlantError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(source)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

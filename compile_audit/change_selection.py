@@ -188,6 +188,8 @@ class _Rules:
                 cases,
                 f"{label}: {change.kind}, cached once per process: the {_count(cases)} that ran it or its callers",
             )
+        if ran and change.kind == "changed" and change.base is not None and change.head is not None:
+            return self.changed_statements(change, label, ran)
         if ran:
             return Pick(ran, f"{label}: {change.kind}: run by {_count(ran)}")
         if owner is None:
@@ -200,6 +202,22 @@ class _Rules:
         cases = self.unrun(change.path, change.qualname)
         where = f"ran {owner} or a subclass" if owner else "ran a function that names it"
         return Pick(cases, f"{label}: {change.kind}, run by no recorded case: the {_count(cases)} that {where}")
+
+    def changed_statements(self, change: FunctionChange, label: str, ran: frozenset[str]) -> Pick:
+        """A changed function that cases ran: those that ran the changed statements, where the footprints hold this
+        version's statements."""
+        assert change.base is not None and change.head is not None
+        indexes = code_changes.changed_statements(change.base, change.head)
+        if indexes is None:
+            return Pick(ran, f"{label}: changed at its entry: run by {_count(ran)}")
+        cases = self.footprints.ran_statements(label, change.base.digest, indexes)
+        spans = change.base.statement_lines()
+        lines = ", ".join(str(spans[i][0]) for i in indexes[:6]) + (", ..." if len(indexes) > 6 else "")
+        if cases is None:
+            return Pick(ran, f"{label}: changed (base lines {lines}): run by {_count(ran)}")
+        return Pick(
+            cases, f"{label}: changed (base lines {lines}): {len(cases)} of the {_count(ran)} that ran it ran them"
+        )
 
     def statement(self, change: StatementChange) -> Pick:
         statement, path = change.statement, change.path
@@ -348,19 +366,49 @@ def select_between(footprints: Footprints, base_root: Path, head_root: Path) -> 
 # ----------------------------------------------------------------------------- command line
 
 
-def _record(reports: Sequence[Path], output: Path) -> int:
+def _source_reader(root: Path | None, package: str) -> Callable[[str], str | None]:
+    """Reads ``peft/x.py`` from the folder holding the package (default: where it is installed, found without
+    importing it)."""
+    if root is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise FootprintsError(f"{package} is not installed here: pass --source (the folder holding {package}/)")
+        root = Path(next(iter(spec.submodule_search_locations))).parent
+
+    def read(path: str) -> str | None:
+        try:
+            return (root / path).read_text(encoding="utf-8")
+        except OSError:
+            return None
+
+    return read
+
+
+def _record(reports: Sequence[Path], output: Path, source: Path | None = None) -> int:
     loaded = []
     for path in reports:
         try:
             loaded.append(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, json.JSONDecodeError) as error:
             raise FootprintsError(f"{path}: unreadable compile report: {error}") from None
-    new = from_reports(loaded)
+    packages = {
+        path.split("/", 1)[0]
+        for report in loaded
+        for record in report.get("cases", [])
+        for path in (record.get("footprint_lines") or {})
+    }
+    reader = _source_reader(source, packages.pop()) if len(packages) == 1 else None
+    new = from_reports(loaded, reader)
     if not new.cases:
         raise FootprintsError(f"{', '.join(map(str, reports))}: no case with a footprint")
     result = merged(load(output), new) if output.exists() else new
     write_text_atomic(output, result.to_json())
-    print(f"{output}: {len(new.cases)} case(s) recorded, {len(result.cases)} in all, {len(result.runs)} functions")
+    print(
+        f"{output}: {len(new.cases)} case(s) recorded, {len(result.cases)} in all, {len(result.runs)} functions,"
+        f" {len(result.statements)} of them narrowed to statements"
+    )
     return 0
 
 
@@ -372,6 +420,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = commands.add_parser("record", help="footprints of compile reports into the footprints file")
     record.add_argument("reports", nargs="+", type=Path)
     record.add_argument("--output", required=True, type=Path, help="the footprints file (merged when it exists)")
+    record.add_argument(
+        "--source", type=Path, help="the folder holding the package the reports ran (default: where it is installed)"
+    )
     choose = commands.add_parser("select", help="what a change selects, as JSON (scripts/gate)")
     choose.add_argument("base", type=Path, help="the base side's package directory")
     choose.add_argument("head", type=Path, help="the head side's package directory")
@@ -393,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from compile_audit import history_replay
 
             return history_replay.main(args)
-        return _record(args.reports, args.output)
+        return _record(args.reports, args.output, args.source)
     except FootprintsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -22,6 +22,8 @@ from __future__ import annotations
 import ast
 import copy
 import dataclasses
+import difflib
+import hashlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 
@@ -42,6 +44,16 @@ class FunctionDef:
     dump: str  # the normalised syntax tree: equal dumps, equal behaviour
     cached: bool  # decorated with a process-wide cache
     lineno: int
+    node: ast.FunctionDef | ast.AsyncFunctionDef = dataclasses.field(compare=False, repr=False)
+
+    @property
+    def digest(self) -> str:
+        """Names this exact version of the function (a footprint's statement indexes are valid for it alone)."""
+        return hashlib.sha1(self.dump.encode()).hexdigest()[:12]
+
+    def statement_lines(self) -> list[tuple[int, int]]:
+        """Each statement of the body, in pre-order (a nested definition is one statement), as (first, last) line."""
+        return [(s.lineno, s.end_lineno or s.lineno) for s in _preorder(self.node.body)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,7 +132,7 @@ class _Normaliser(ast.NodeTransformer):
         return node
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
-        node.body = _strip_docstring(node.body) or [ast.Pass()]
+        node.body = _strip_docstring(node.body) or [_pass(node)]
         for statement in node.body:
             if isinstance(statement, ast.AnnAssign | ast.Assign) and isinstance(statement.value, ast.Call):
                 _drop_help_text(statement.value)
@@ -135,7 +147,7 @@ class _Normaliser(ast.NodeTransformer):
                 arg.annotation = None
                 arg.type_comment = None
         node.type_comment = None
-        node.body = [s for s in (_local_annotation(s) for s in node.body) if s is not None] or [ast.Pass()]
+        node.body = [s for s in (_local_annotation(s) for s in node.body) if s is not None] or [_pass(node)]
         _LocalAnnotations().visit_body(node.body)
         self.generic_visit(node)
         return node
@@ -159,7 +171,12 @@ def _local_annotation(statement: ast.stmt) -> ast.stmt | None:
         return statement
     if statement.value is None:
         return None
-    return ast.Assign(targets=[statement.target], value=statement.value, lineno=statement.lineno)
+    return ast.copy_location(ast.Assign(targets=[statement.target], value=statement.value), statement)
+
+
+def _pass(at: ast.AST) -> ast.Pass:
+    """A body left empty by the normalisation holds ``pass``, where the statements it replaces were."""
+    return ast.copy_location(ast.Pass(), at)
 
 
 class _LocalAnnotations(ast.NodeTransformer):
@@ -174,7 +191,7 @@ class _LocalAnnotations(ast.NodeTransformer):
         for field in ("body", "orelse", "finalbody"):
             block = getattr(node, field, None)
             if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
-                kept = [s for s in (_local_annotation(s) for s in block) if s is not None] or [ast.Pass()]
+                kept = [s for s in (_local_annotation(s) for s in block) if s is not None] or [_pass(block[0])]
                 setattr(node, field, kept)
                 self.visit_body(kept)
         for handler in getattr(node, "handlers", []):
@@ -231,7 +248,7 @@ class _ModuleBuilder:
                 self.statement(statement, scope)
 
     def function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str) -> None:
-        self.functions[qualname] = FunctionDef(qualname, _dump(node), _is_cached(node), node.lineno)
+        self.functions[qualname] = FunctionDef(qualname, _dump(node), _is_cached(node), node.lineno, node)
         self.identifiers[qualname] = _identifiers(node)
         for child in _nested_definitions(node):
             if isinstance(child, _FUNCTIONS):
@@ -400,6 +417,8 @@ class FunctionChange:
     qualname: str
     kind: str  # "changed", "added" or "removed"
     cached: bool  # process-wide cache on either side
+    base: FunctionDef | None = dataclasses.field(default=None, compare=False, repr=False)
+    head: FunctionDef | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -432,7 +451,7 @@ def compare(base: Module | None, head: Module | None) -> ModuleChanges:
             continue
         kind = "added" if old is None else "removed" if new is None else "changed"
         cached = bool((old and old.cached) or (new and new.cached))
-        functions.append(FunctionChange(path, name, kind, cached))
+        functions.append(FunctionChange(path, name, kind, cached, old, new))
     old_statements = Counter(s.dump for s in (base.statements if base else ()))
     new_statements = Counter(s.dump for s in (head.statements if head else ()))
     by_dump = {s.dump: s for s in (*(base.statements if base else ()), *(head.statements if head else ()))}
@@ -443,3 +462,97 @@ def compare(base: Module | None, head: Module | None) -> ModuleChanges:
     both = (base.classes.keys() if base else set()) & (head.classes.keys() if head else set())
     statements = [c for c in statements if not c.statement.scope or c.statement.scope in both]
     return ModuleChanges(path, tuple(functions), tuple(statements))
+
+
+# ----------------------------------------------------------------------------- inside a changed function
+
+
+def _blocks_of(node: ast.stmt) -> list[list[ast.stmt]]:
+    """A compound statement's blocks, in order (not those of a nested definition)."""
+    if isinstance(node, _DEFINITIONS):
+        return []
+    blocks = [getattr(node, field) for field in ("body", "orelse") if isinstance(getattr(node, field, None), list)]
+    blocks += [handler.body for handler in getattr(node, "handlers", [])]
+    blocks += [case.body for case in getattr(node, "cases", [])]
+    if isinstance(getattr(node, "finalbody", None), list):
+        blocks.append(node.finalbody)
+    return blocks
+
+
+def _preorder(body: list[ast.stmt]) -> list[ast.stmt]:
+    found = []
+    for statement in body:
+        found.append(statement)
+        for block in _blocks_of(statement):
+            found.extend(_preorder(block))
+    return found
+
+
+def _header(node: ast.stmt) -> str:
+    """A compound statement without its blocks: equal headers, the same test, target or handlers."""
+    bare = copy.copy(node)
+    for field in ("body", "orelse", "finalbody"):
+        if isinstance(getattr(bare, field, None), list):
+            setattr(bare, field, [])
+    if hasattr(bare, "handlers"):
+        bare.handlers = [ast.ExceptHandler(h.type, h.name, []) for h in node.handlers]  # type: ignore[attr-defined]
+    if hasattr(bare, "cases"):
+        bare.cases = [ast.match_case(c.pattern, c.guard, []) for c in node.cases]  # type: ignore[attr-defined]
+    return _dump(bare)
+
+
+def changed_statements(base: FunctionDef, head: FunctionDef) -> list[int] | None:
+    """The pre-order indexes of ``base``'s statements that a case must have run to run what changed in ``head``:
+    each statement edited or removed, and, for one inserted, the statement before it (or the compound statement
+    whose block it opens). None when the change is at the function's entry (its signature, decorators, or the
+    first statement of its body): every case that ran the function ran it."""
+    old, new = base.node, head.node
+    if _signature(old) != _signature(new):
+        return None
+    index = {id(statement): number for number, statement in enumerate(_preorder(old.body))}
+    found = _diff_block(old.body, new.body, None, index)
+    return None if found is None else sorted(found)
+
+
+def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    return _dump(ast.FunctionDef(name=node.name, args=node.args, body=[], decorator_list=node.decorator_list))
+
+
+def _diff_block(
+    old: list[ast.stmt], new: list[ast.stmt], parent: ast.stmt | None, index: dict[int, int]
+) -> set[int] | None:
+    matcher = difflib.SequenceMatcher(None, [_dump(s) for s in old], [_dump(s) for s in new], autojunk=False)
+    found: set[int] = set()
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        pairs = list(zip(old[i1:i2], new[j1:j2], strict=False))
+        for before, after in pairs:
+            inner = _diff_compound(before, after, index)
+            if inner is None:
+                found.add(index[id(before)])
+            else:
+                found |= inner
+        found |= {index[id(s)] for s in old[i1 + len(pairs) : i2]}  # removed
+        if j2 - j1 > i2 - i1:  # inserted: whoever ran the statement before it, or opened its block
+            anchor = old[i1 + len(pairs) - 1] if i1 + len(pairs) > 0 else parent
+            if anchor is None:
+                return None
+            found.add(index[id(anchor)])
+    return found
+
+
+def _diff_compound(old: ast.stmt, new: ast.stmt, index: dict[int, int]) -> set[int] | None:
+    """What changed inside two versions of one compound statement with the same header; None: not such a pair."""
+    if type(old) is not type(new) or not _blocks_of(old) or _header(old) != _header(new):
+        return None
+    old_blocks, new_blocks = _blocks_of(old), _blocks_of(new)
+    if len(old_blocks) != len(new_blocks):
+        return None
+    found: set[int] = set()
+    for before, after in zip(old_blocks, new_blocks, strict=True):
+        inner = _diff_block(before, after, old, index)
+        if inner is None:
+            return None
+        found |= inner
+    return found

@@ -10,6 +10,10 @@ Two sources, since a function Dynamo traces is never executed by the interpreter
 
 Module and class bodies are left out: they run once per process, in whichever case first imports them. It cannot
 see Python code run in another process (the ranks of a distributed case) or in a thread the case started.
+
+With ``lines=True`` (``--footprints-only``, where Dynamo is off) it also records the lines of those packages that
+ran, through a trace function that traces only their frames: the selection then narrows a changed function to the
+cases that ran the changed statements.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from __future__ import annotations
 import contextlib
 import cProfile
 import inspect
+import sys
+import threading
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from torch._dynamo.callback import callback_handler
@@ -56,11 +62,20 @@ class FootprintRecorder:
     ``packages`` as ``{package-relative file: [function names]}``. The interpreter's side is cProfile's, whose
     C hook costs far less than a Python profile function."""
 
-    def __init__(self, packages: Sequence[str]) -> None:
+    def __init__(self, packages: Sequence[str], lines: bool = False) -> None:
         self.packages = tuple(packages)
         self.codes: set[types.CodeType] = set()
         self._profile = cProfile.Profile(builtins=False)  # C functions are no footprint
         self._stopped: dict[str, list[str]] | None = None
+        self._line_tracer = _LineTracer(self._in_packages) if lines else None
+
+    def _in_packages(self, filename: str) -> str | None:
+        path = short_path(filename)
+        return path if path.split("/", 1)[0] in self.packages and path.endswith(".py") else None
+
+    def lines(self) -> dict[str, list[int]]:
+        """The lines of the packages that ran, by package-relative file (empty unless recorded)."""
+        return self._line_tracer.recorded() if self._line_tracer else {}
 
     def _pause(self, *_: Any) -> None:
         self._profile.disable()
@@ -77,11 +92,15 @@ class FootprintRecorder:
     def __enter__(self) -> FootprintRecorder:
         _active.append(self)
         self.install_callbacks()
+        if self._line_tracer:
+            self._line_tracer.start()
         self._resume()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._pause()
+        if self._line_tracer:
+            self._line_tracer.stop()
         with contextlib.suppress(ValueError):
             callback_handler.remove_start_callback(self._pause)
         with contextlib.suppress(ValueError):
@@ -107,7 +126,45 @@ class FootprintRecorder:
     def _recorded(self) -> dict[str, list[str]]:
         files: dict[str, set[str]] = {}
         for filename, name in self._functions():
-            path = short_path(filename)
-            if path.split("/", 1)[0] in self.packages and path.endswith(".py"):
+            path = self._in_packages(filename)
+            if path is not None:
                 files.setdefault(path, set()).add(name)
         return {path: sorted(names) for path, names in sorted(files.items())}
+
+
+class _LineTracer:
+    """The lines run in the frames of chosen files (``sys.settrace``; other frames are not traced line by line)."""
+
+    def __init__(self, wanted: Callable[[str], str | None]) -> None:
+        self._wanted, self._paths = wanted, {}
+        self._lines: dict[str, set[int]] = {}
+        self._previous: Any = None
+
+    def _call(self, frame: types.FrameType, event: str, arg: Any):
+        filename = frame.f_code.co_filename
+        if filename not in self._paths:
+            self._paths[filename] = self._wanted(filename)
+        path = self._paths[filename]
+        if path is None:
+            return None
+        lines = self._lines.setdefault(path, set())
+        lines.add(frame.f_lineno)
+
+        def line(frame: types.FrameType, event: str, arg: Any):
+            if event == "line":
+                lines.add(frame.f_lineno)
+            return line
+
+        return line
+
+    def start(self) -> None:
+        self._previous = sys.gettrace()
+        sys.settrace(self._call)
+        threading.settrace(self._call)
+
+    def stop(self) -> None:
+        sys.settrace(self._previous)
+        threading.settrace(self._previous)  # type: ignore[arg-type]
+
+    def recorded(self) -> dict[str, list[int]]:
+        return {path: sorted(lines) for path, lines in sorted(self._lines.items())}

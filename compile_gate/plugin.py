@@ -181,7 +181,8 @@ def pytest_runtest_setup(item: pytest.Item):
         freeze_survivors()
         item.stash[STATE_BEFORE_SETUP] = global_state.snapshot()
     if _is_case(item) and not _timed(item):
-        recorder = FootprintRecorder(item.config.getini("compile_footprint_packages"))
+        lines = item.config.getoption("--footprints-only")  # Dynamo is off: a line tracer changes nothing it does
+        recorder = FootprintRecorder(item.config.getini("compile_footprint_packages"), lines=lines)
         item.stash[FOOTPRINT] = recorder.__enter__()  # left in pytest_runtest_call, or at teardown after a failed setup
     return (yield)
 
@@ -329,6 +330,7 @@ def case_audit(request: pytest.FixtureRequest, case: Any):
         "wall_seconds": round(time.perf_counter() - started, 2),
         **_with_budget(audit),
         "footprint": _footprint(request.node),
+        "footprint_lines": _footprint_lines(request.node),
         "problems": request.node.stash.get(PROBLEMS, []),
         "raised": request.node.stash.get(RAISED, None),
         "benchmarks": {},
@@ -340,6 +342,11 @@ def _footprint(item: pytest.Item) -> dict[str, list[str]]:
     _stop_footprint(item)
     recorder = item.stash.get(FOOTPRINT, None)
     return recorder.footprint() if recorder is not None else {}
+
+
+def _footprint_lines(item: pytest.Item) -> dict[str, list[int]]:
+    recorder = item.stash.get(FOOTPRINT, None)
+    return recorder.lines() if recorder is not None else {}
 
 
 def _with_budget(audit: CaseAudit) -> dict[str, Any]:

@@ -106,7 +106,7 @@ def test_a_changed_function_selects_exactly_the_cases_that_ran_it(tmp_path):
     chosen = _select(tmp_path, {"layer.py": BASE["layer.py"].replace("return helper()", "return helper() + 1")})
     assert not chosen.everything
     assert chosen.cases == ("m/a/merge",)
-    assert chosen.reasons == ("toy/layer.py::Linear.merge: changed: run by 1 case(s)",)
+    assert chosen.reasons == ("toy/layer.py::Linear.merge: changed (base lines 10): run by 1 case(s)",)
 
 
 def test_docstrings_comments_formatting_and_annotations_select_nothing(tmp_path):
@@ -183,3 +183,77 @@ def test_record_merges_reports_into_the_file_keeping_the_case_order(tmp_path):
     assert "toy/layer.py::helper" not in merged.runs  # m/a/merge was recorded again: what it no longer runs is gone
     assert merged.runs["toy/layer.py::uses_alpha"] == {"m/b/train"}
     assert merged.versions == {"peft": "0.21.2"}
+
+
+BRANCHY = (
+    "def run(x, kind):\n"
+    "    y = x + 1\n"
+    "    if kind == 'a':\n"
+    "        y = y * 2\n"
+    "    else:\n"
+    "        y = y * 3\n"
+    "    return y\n"
+)
+
+
+def _function(text: str, name: str = "run"):
+    from compile_audit.code_changes import parse_module
+
+    return parse_module("toy/branchy.py", text).functions[name]
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (("y = y * 2", "y = y * 4"), [2]),  # a statement in one branch: that statement
+        (("        y = y * 3\n", "        y = y * 3\n        y = -y\n"), [3]),  # inserted: the statement before it
+        (("    return y\n", "    y = abs(y)\n    return y\n"), [1]),  # inserted after the if: the if statement
+        (("    y = x + 1\n", "    y = x + 2\n"), [0]),
+        (("def run(x, kind):", "def run(x, kind=None):"), None),  # the entry: every case that ran it
+        (("    y = x + 1\n", "    print(x)\n    y = x + 1\n"), None),  # a new first statement: the entry too
+    ],
+)
+def test_a_changed_function_names_the_statements_a_case_must_have_run(edit, expected):
+    from compile_audit.code_changes import changed_statements
+
+    base = _function(BRANCHY)
+    head = _function(BRANCHY.replace(*edit))
+    assert changed_statements(base, head) == expected
+
+
+def test_statements_narrow_a_changed_function_to_the_cases_that_ran_the_change(tmp_path):
+    """Two cases ran `run`, only one took the `else` branch: a change there selects that one."""
+    reports = [
+        {
+            "versions": {},
+            "cases": [
+                {
+                    "id": "m/a/x",
+                    "footprint": {"toy/branchy.py": ["run"]},
+                    "footprint_lines": {"toy/branchy.py": [2, 3, 4, 7]},
+                },
+                {
+                    "id": "m/b/x",
+                    "footprint": {"toy/branchy.py": ["run"]},
+                    "footprint_lines": {"toy/branchy.py": [2, 3, 6, 7]},
+                },
+            ],
+        }
+    ]
+    footprints = footprints_file.from_reports(reports, lambda path: BRANCHY if path == "toy/branchy.py" else None)
+    path = tmp_path / "footprints.json"
+    path.write_text(footprints.to_json())
+    footprints = footprints_file.load(path)  # what the file holds is enough
+    base, head = tmp_path / "base" / "toy", tmp_path / "head" / "toy"
+    for root, text in ((base, BRANCHY), (head, BRANCHY.replace("y * 3", "y * 5"))):
+        root.mkdir(parents=True)
+        (root / "__init__.py").write_text("")
+        (root / "branchy.py").write_text(text)
+    chosen = select_between(footprints, base, head)
+    assert chosen.cases == ("m/b/x",)
+    assert chosen.reasons == ("toy/branchy.py::run: changed (base lines 6): 1 of the 2 case(s) that ran it ran them",)
+    # Another version of the function than the one recorded: its statements are unknown, every case that ran it.
+    other = BRANCHY.replace("x + 1", "x + 10")
+    (base / "branchy.py").write_text(other)
+    (head / "branchy.py").write_text(other.replace("y * 3", "y * 5"))
+    assert select_between(footprints, base, head).cases == ("m/a/x", "m/b/x")

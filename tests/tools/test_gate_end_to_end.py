@@ -112,4 +112,5 @@ def test_the_same_peft_on_both_sides_exits_0(peft_version, tmp_path):
     done = run_gate(f"peft=={peft_version}", f"peft=={peft_version}", tmp_path / "out")
     assert done.returncode == 0, _shown(done)
     assert done.stderr == "", _shown(done)
-    assert "no changes" in (tmp_path / "out" / "diff.md").read_text(encoding="utf-8")
+    assert "Nothing regressed" in (tmp_path / "out" / "diff.md").read_text(encoding="utf-8")
+    assert "no executed PEFT code differs" in done.stdout, _shown(done)  # decided before any virtualenv

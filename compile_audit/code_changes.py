@@ -27,6 +27,9 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 
+# A branch on these runs only under torch.compile: footprints recorded eagerly never see its block run, so a change
+# inside it counts for every case that reached the branch.
+COMPILE_ONLY_TESTS = frozenset({"is_compiling", "is_dynamo_compiling", "is_exporting"})
 # Decorators whose function body runs once per process (the first caller's case records it in its footprint).
 PROCESS_CACHES = frozenset({"cache", "lru_cache"})
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -514,6 +517,13 @@ def changed_statements(base: FunctionDef, head: FunctionDef) -> list[int] | None
     return None if found is None else sorted(found)
 
 
+def _reads_any(node: ast.AST | None, names: frozenset[str]) -> bool:
+    if node is None:
+        return False
+    attributes, bare, _ = _identifiers(node)
+    return bool((attributes | bare) & names)
+
+
 def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     return _dump(ast.FunctionDef(name=node.name, args=node.args, body=[], decorator_list=node.decorator_list))
 
@@ -545,6 +555,8 @@ def _diff_block(
 def _diff_compound(old: ast.stmt, new: ast.stmt, index: dict[int, int]) -> set[int] | None:
     """What changed inside two versions of one compound statement with the same header; None: not such a pair."""
     if type(old) is not type(new) or not _blocks_of(old) or _header(old) != _header(new):
+        return None
+    if _reads_any(getattr(old, "test", None), COMPILE_ONLY_TESTS):
         return None
     old_blocks, new_blocks = _blocks_of(old), _blocks_of(new)
     if len(old_blocks) != len(new_blocks):

@@ -257,3 +257,11 @@ def test_statements_narrow_a_changed_function_to_the_cases_that_ran_the_change(t
     (base / "branchy.py").write_text(other)
     (head / "branchy.py").write_text(other.replace("y * 3", "y * 5"))
     assert select_between(footprints, base, head).cases == ("m/a/x", "m/b/x")
+
+
+def test_a_change_inside_a_branch_taken_only_under_compile_counts_for_whoever_reached_the_branch():
+    from compile_audit.code_changes import changed_statements
+
+    text = "def run(x):\n    y = x\n    if torch.compiler.is_compiling():\n        y = y + 1\n    return y\n"
+    base, head = _function(text), _function(text.replace("y + 1", "y + 2"))
+    assert changed_statements(base, head) == [1]  # the `if`, which eager runs, not its block, which it never does

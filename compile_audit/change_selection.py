@@ -149,6 +149,19 @@ class _Rules:
     def cases_of(self, keys: Iterable[str]) -> frozenset[str]:
         return frozenset().union(*(self.footprints.ran(key) for key in keys))
 
+    def cases_reading(self, keys: Iterable[str], names: Iterable[str]) -> frozenset[str]:
+        """The cases that ran a statement of these functions that reads one of ``names`` (the whole function where
+        its statements are unknown, or where only its signature or decorators read them)."""
+        names = frozenset(names)
+        cases: set[str] = set()
+        for key in keys:
+            path, _, qualname = key.partition("::")
+            module = self.readers.modules.get(path)
+            function = module.functions.get(qualname) if module else None
+            statements = function.statements_reading(names) if function else []
+            cases |= self.footprints.ran_statements(key, statements)[0] if statements else self.footprints.ran(key)
+        return frozenset(cases)
+
     def class_cases(self, path: str, qualname: str) -> frozenset[str]:
         """The cases that ran a function of the class or of a subclass: those that can hold an instance of it."""
         return frozenset().union(
@@ -159,14 +172,15 @@ class _Rules:
         """Where a function that no recorded case ran could run: a method, in the cases that ran its class; a
         module-level function, in those that ran a function reading its name (further up while none ran)."""
         owner = self.readers.enclosing_class(path, qualname)
-        if owner is not None:
-            return self.class_cases(path, owner)
+        if owner is not None:  # where its class can be, a statement that names it ran
+            leaf = qualname.rpartition(".")[2]
+            return self.cases_reading(self.readers.of_attribute(leaf), {leaf}) & self.class_cases(path, owner)
         if "<locals>" in qualname:  # runs where the function it is defined in runs
             return self.footprints.ran(f"{path}::{qualname.split('.<locals>.')[0]}")
         if depth >= CALLER_DEPTH:
             return frozenset()
         callers = self.readers.of_name(qualname, path)
-        cases = self.cases_of(callers)
+        cases = self.cases_reading(callers, {qualname})
         for caller in callers:
             if not self.footprints.ran(caller):
                 cases |= self.unrun(*caller.split("::", 1), depth=depth + 1)
@@ -200,24 +214,27 @@ class _Rules:
                     f" `{statement.text}` ({path}): every case",
                 )
         cases = self.unrun(change.path, change.qualname)
-        where = f"ran {owner} or a subclass" if owner else "ran a function that names it"
+        where = f"ran {owner} (or a subclass) and code that names it" if owner else "ran code that names it"
         return Pick(cases, f"{label}: {change.kind}, run by no recorded case: the {_count(cases)} that {where}")
 
     def changed_statements(self, change: FunctionChange, label: str, ran: frozenset[str]) -> Pick:
-        """A changed function that cases ran: those that ran the changed statements, where the footprints hold this
-        version's statements."""
+        """A changed function that cases ran: those that ran the changed statements of base's version (each edited
+        or removed, or the one before an insertion) or of head's (each edited or inserted, or the one before a
+        removal), whichever side's statements the footprints know."""
         assert change.base is not None and change.head is not None
-        indexes = code_changes.changed_statements(change.base, change.head)
-        if indexes is None:
-            return Pick(ran, f"{label}: changed at its entry: run by {_count(ran)}")
-        cases = self.footprints.ran_statements(label, change.base.digest, indexes)
-        spans = change.base.statement_lines()
-        lines = ", ".join(str(spans[i][0]) for i in indexes[:6]) + (", ..." if len(indexes) > 6 else "")
-        if cases is None:
-            return Pick(ran, f"{label}: changed (base lines {lines}): run by {_count(ran)}")
-        return Pick(
-            cases, f"{label}: changed (base lines {lines}): {len(cases)} of the {_count(ran)} that ran it ran them"
-        )
+        best: tuple[int, frozenset[str], str] | None = None
+        for side, version, other in (("base", change.base, change.head), ("head", change.head, change.base)):
+            indexes = code_changes.changed_statements(version, other)
+            if indexes is None:
+                return Pick(ran, f"{label}: changed at its entry: run by {_count(ran)}")
+            names, spans = version.statement_ids(), version.statement_lines()
+            cases, known = self.footprints.ran_statements(label, (names[i] for i in indexes))
+            lines = ", ".join(str(spans[i][0]) for i in indexes[:6]) + (", ..." if len(indexes) > 6 else "")
+            if best is None or known > best[0]:
+                best = (known, cases, f"{side} lines {lines}")
+        assert best is not None
+        known, cases, where = best
+        return Pick(cases, f"{label}: changed ({where}): {len(cases)} of the {_count(ran)} that ran it ran that code")
 
     def statement(self, change: StatementChange) -> Pick:
         statement, path = change.statement, change.path
@@ -230,20 +247,22 @@ class _Rules:
             cases = self.class_cases(path, owner)
             if cases:
                 return Pick(cases, f"{where}: the {_count(cases)} that ran {owner} or a subclass")
-            cases = self.cases_of(self.readers.of_name(name, path))
-            return Pick(cases, f"{where}: nothing ran {owner}: the {_count(cases)} that ran a function naming it")
+            cases = self.cases_reading(self.readers.of_name(name, path), {name})
+            return Pick(cases, f"{where}: nothing ran {owner}: the {_count(cases)} that ran code naming it")
         if statement.scope:
             cases = self.class_cases(path, statement.scope)
             if cases:
                 return Pick(cases, f"{where}: the {_count(cases)} that ran {statement.scope} or a subclass")
-            cases = self.cases_of(set().union(*(self.readers.of_attribute(n) for n in statement.binds)))
+            readers = set().union(*(self.readers.of_attribute(n) for n in statement.binds))
+            cases = self.cases_reading(readers, statement.binds)
             return Pick(
                 cases,
                 f"{where}: nothing ran {statement.scope}: the {_count(cases)} that ran a reader of"
                 f" {_names(statement.binds)}",
             )
         names = self.computed_from(path, set(statement.binds))
-        cases = self.cases_of(set().union(*(self.readers.of_name(name, p) for p, name in names)))
+        readers = set().union(*(self.readers.of_name(name, p) for p, name in names))
+        cases = self.cases_reading(readers, {name for _, name in names})
         return Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(n for _, n in names)}")
 
     def import_time_effect(self, path: str, where: str) -> Pick:

@@ -49,14 +49,51 @@ class FunctionDef:
     lineno: int
     node: ast.FunctionDef | ast.AsyncFunctionDef = dataclasses.field(compare=False, repr=False)
 
-    @property
-    def digest(self) -> str:
-        """Names this exact version of the function (a footprint's statement indexes are valid for it alone)."""
-        return hashlib.sha1(self.dump.encode()).hexdigest()[:12]
-
     def statement_lines(self) -> list[tuple[int, int]]:
         """Each statement of the body, in pre-order (a nested definition is one statement), as (first, last) line."""
         return [(s.lineno, s.end_lineno or s.lineno) for s in _preorder(self.node.body)]
+
+    def statement_ids(self) -> list[str]:
+        """Each statement of the body, in pre-order, named by what it is and where: its own code (a compound
+        statement's header) under the headers of the statements enclosing it, numbered among equals. The same
+        statement in another version of the function, under the same conditions, has the same name."""
+        names: list[str] = []
+        seen: Counter[str] = Counter()
+
+        def walk(body: list[ast.stmt], chain: str) -> None:
+            for statement in body:
+                own = _header(statement) if _blocks_of(statement) else _dump(statement)
+                digest = hashlib.sha1(f"{chain}|{own}".encode()).hexdigest()[:10]
+                seen[digest] += 1
+                names.append(f"{digest}.{seen[digest]}")
+                for number, block in enumerate(_blocks_of(statement)):
+                    walk(block, hashlib.sha1(f"{chain}|{own}|{number}".encode()).hexdigest())
+
+        walk(self.node.body, "")
+        return names
+
+    def statements_reading(self, names: frozenset[str] | set[str]) -> list[str]:
+        """The statements (by name) whose own code reads any of ``names`` (a compound statement: its header). One in
+        a block taken only under torch.compile stands as the branch that holds it: eager footprints never run it."""
+        wanted = frozenset(names)
+        ids = iter(self.statement_ids())
+        found: list[str] = []
+
+        def walk(body: list[ast.stmt], compile_only: str | None) -> None:
+            for statement in body:
+                name = next(ids)
+                blocks = _blocks_of(statement)
+                own = _without_blocks(statement) if blocks else statement
+                if _reads_any(own, wanted):
+                    found.append(compile_only or name)
+                inner = compile_only
+                if inner is None and _reads_any(getattr(statement, "test", None), COMPILE_ONLY_TESTS):
+                    inner = name
+                for block in blocks:
+                    walk(block, inner)
+
+        walk(self.node.body, None)
+        return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -493,6 +530,10 @@ def _preorder(body: list[ast.stmt]) -> list[ast.stmt]:
 
 def _header(node: ast.stmt) -> str:
     """A compound statement without its blocks: equal headers, the same test, target or handlers."""
+    return _dump(_without_blocks(node))
+
+
+def _without_blocks(node: ast.stmt) -> ast.stmt:
     bare = copy.copy(node)
     for field in ("body", "orelse", "finalbody"):
         if isinstance(getattr(bare, field, None), list):
@@ -501,7 +542,7 @@ def _header(node: ast.stmt) -> str:
         bare.handlers = [ast.ExceptHandler(h.type, h.name, []) for h in node.handlers]  # type: ignore[attr-defined]
     if hasattr(bare, "cases"):
         bare.cases = [ast.match_case(c.pattern, c.guard, []) for c in node.cases]  # type: ignore[attr-defined]
-    return _dump(bare)
+    return bare
 
 
 def changed_statements(base: FunctionDef, head: FunctionDef) -> list[int] | None:
@@ -520,8 +561,8 @@ def changed_statements(base: FunctionDef, head: FunctionDef) -> list[int] | None
 def _reads_any(node: ast.AST | None, names: frozenset[str]) -> bool:
     if node is None:
         return False
-    attributes, bare, _ = _identifiers(node)
-    return bool((attributes | bare) & names)
+    attributes, bare, strings = _identifiers(node)
+    return bool((attributes | bare | strings) & names)
 
 
 def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> str:

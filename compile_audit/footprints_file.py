@@ -18,12 +18,14 @@ leaves the other lines as they were. A comprehension or lambda is recorded as th
 change to it is a change to that function.
 
 Where the reports carry the lines each case ran (``--footprints-only``), ``statements`` narrows a function to its
-statements: for each function some statement of which not every case that ran the function ran, the version of the
-function it holds for (``digest``, :mod:`compile_audit.code_changes`) and, by pre-order index, the cases that ran
-those statements::
+statements: for each function some statement of which not every case that ran the function ran, the cases that ran
+each such statement, by the statement's name (its code under the headers enclosing it,
+:meth:`compile_audit.code_changes.FunctionDef.statement_ids`, so that it names the same statement in nearby versions
+of the function). A statement not listed was run by every case that ran its function, or is unknown here: either
+way, those cases count::
 
      "statements": {
-     "peft/peft_model.py::PeftModel.__init__": {"digest": "3f0c...", "ran": {"12": "239-301", "13": ""}},
+     "peft/peft_model.py::PeftModel.__init__": {"0c1d2e3f4a.1": "239-301", "5b6c7d8e9f.1": ""},
      ...}
 """
 
@@ -56,34 +58,27 @@ def split_key(key: str) -> tuple[str, str]:
 
 
 @dataclasses.dataclass(frozen=True)
-class StatementRuns:
-    digest: str  # the version of the function the indexes are valid for
-    ran: Mapping[int, frozenset[str]]  # statement index -> the cases that ran it, where not all the function's did
-
-
-@dataclasses.dataclass(frozen=True)
 class Footprints:
     cases: tuple[str, ...]  # every recorded case, in the file's order
     runs: Mapping[str, frozenset[str]]  # function key -> the cases that ran it
     versions: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    statements: Mapping[str, StatementRuns] = dataclasses.field(default_factory=dict)
+    # function key -> statement name -> the cases that ran it, where not every case that ran the function did
+    statements: Mapping[str, Mapping[str, frozenset[str]]] = dataclasses.field(default_factory=dict)
 
-    def ran_statements(self, key: str, digest: str, indexes: Iterable[int]) -> frozenset[str] | None:
-        """The cases that ran any of these statements of this version of the function; None when the file holds no
-        statements for that version (then every case that ran the function counts)."""
-        runs = self.statements.get(key)
-        if runs is None or runs.digest != digest:
-            return None
-        ran = self.ran(key)
-        return frozenset().union(*(runs.ran.get(index, ran) for index in indexes))
+    def ran_statements(self, key: str, names: Iterable[str]) -> tuple[frozenset[str], int]:
+        """The cases that ran any of these statements of the function (a statement not listed: every case that ran
+        the function), and how many of the statements the file knows."""
+        listed, ran = self.statements.get(key, {}), self.ran(key)
+        names = list(names)
+        return frozenset().union(*(listed.get(name, ran) for name in names)), sum(name in listed for name in names)
 
-    def missed(self) -> dict[str, dict[str, set[int]]]:
+    def missed(self) -> dict[str, dict[str, set[str]]]:
         """Per case, per function key: the statements it did not run (the inverse of ``statements``)."""
-        missed: dict[str, dict[str, set[int]]] = {}
-        for key, runs in self.statements.items():
-            for index, cases in runs.ran.items():
+        missed: dict[str, dict[str, set[str]]] = {}
+        for key, listed in self.statements.items():
+            for name, cases in listed.items():
                 for case in self.ran(key) - cases:
-                    missed.setdefault(case, {}).setdefault(key, set()).add(index)
+                    missed.setdefault(case, {}).setdefault(key, set()).add(name)
         return missed
 
     def ran(self, key: str) -> frozenset[str]:
@@ -119,13 +114,8 @@ class Footprints:
             '"statements": {',
             ",\n".join(
                 f"{json.dumps(key)}: "
-                + json.dumps(
-                    {
-                        "digest": runs.digest,
-                        "ran": {str(i): _ranges(sorted(index[c] for c in runs.ran[i])) for i in sorted(runs.ran)},
-                    }
-                )
-                for key, runs in sorted(self.statements.items())
+                + json.dumps({name: _ranges(sorted(index[c] for c in listed[name])) for name in sorted(listed)})
+                for key, listed in sorted(self.statements.items())
             ),
             "}",
             "}",
@@ -184,12 +174,11 @@ def load(path: Path) -> Footprints:
     statements = {}
     for key, entry in (data.get("statements") or {}).items():
         try:
-            ran = {
-                int(i): frozenset(cases[n] for n in _parse_ranges(str(text), len(cases)) if text)
-                for i, text in entry["ran"].items()
+            statements[key] = {
+                str(name): frozenset(cases[n] for n in _parse_ranges(str(text), len(cases)))
+                for name, text in entry.items()
             }
-            statements[key] = StatementRuns(str(entry["digest"]), ran)
-        except (KeyError, TypeError, ValueError) as error:
+        except (AttributeError, TypeError, ValueError) as error:
             raise FootprintsError(f"{path}: statements of {key!r}: {error}") from None
     return Footprints(tuple(cases), runs, dict(data.get("versions") or {}), statements)
 
@@ -212,15 +201,13 @@ def from_reports(reports: Iterable[Mapping[str, Any]], source: Callable[[str], s
     order = sorted(by_case, key=_grouping)
     if source is None or not any(lines.values()):
         return _from_cases(order, by_case, versions)
-    missed, digests = statements_missed(by_case, lines, source)
-    return _from_cases(order, by_case, versions, missed, digests)
+    return _from_cases(order, by_case, versions, statements_missed(by_case, lines, source))
 
 
 def statements_missed(
     by_case: Mapping[str, set[str]], lines: Mapping[str, Mapping[str, list[int]]], source: Callable[[str], str | None]
-) -> tuple[dict[str, dict[str, set[int]]], dict[str, str]]:
-    """Per case, the statements of the functions it ran that it did not run (by the lines it ran), and the digest of
-    each function's version."""
+) -> dict[str, dict[str, set[str]]]:
+    """Per case, the statements of the functions it ran that it did not run (by the lines it ran), by name."""
     from compile_audit.code_changes import UnparsableSource, parse_module
 
     functions: dict[str, Any] = {}
@@ -233,8 +220,8 @@ def statements_missed(
         except UnparsableSource:
             continue
         functions.update({f"{path}::{name}": function for name, function in module.functions.items()})
-    spans = {key: function.statement_lines() for key, function in functions.items()}
-    missed: dict[str, dict[str, set[int]]] = {}
+    spans = {key: list(zip(f.statement_ids(), f.statement_lines(), strict=True)) for key, f in functions.items()}
+    missed: dict[str, dict[str, set[str]]] = {}
     for case, keys in by_case.items():
         ran_lines = {path: sorted(numbers) for path, numbers in lines.get(case, {}).items()}
         if not ran_lines:
@@ -243,11 +230,11 @@ def statements_missed(
             if key not in spans:
                 continue
             numbers = ran_lines.get(key.partition("::")[0], [])
-            for index, (first, last) in enumerate(spans[key]):
+            for name, (first, last) in spans[key]:
                 position = bisect.bisect_left(numbers, first)
                 if position == len(numbers) or numbers[position] > last:
-                    missed.setdefault(case, {}).setdefault(key, set()).add(index)
-    return missed, {key: function.digest for key, function in functions.items()}
+                    missed.setdefault(case, {}).setdefault(key, set()).add(name)
+    return missed
 
 
 def _grouping(case: str) -> tuple[str, ...]:
@@ -261,37 +248,28 @@ def _from_cases(
     order: list[str],
     by_case: Mapping[str, set[str]],
     versions: Mapping[str, str],
-    missed: Mapping[str, Mapping[str, set[int]]] | None = None,
-    digests: Mapping[str, str] | None = None,
+    missed: Mapping[str, Mapping[str, set[str]]] | None = None,
 ) -> Footprints:
     runs: dict[str, set[str]] = {}
     for case, keys in by_case.items():
         for key in keys:
             runs.setdefault(key, set()).add(case)
     frozen = {key: frozenset(cases) for key, cases in runs.items()}
-    statements: dict[str, StatementRuns] = {}
-    for key, digest in (digests or {}).items():
-        if key not in frozen:
-            continue
-        not_run: dict[int, set[str]] = {}
-        for case in frozen[key]:
-            for index in (missed or {}).get(case, {}).get(key, ()):
-                not_run.setdefault(index, set()).add(case)
-        if not_run:
-            statements[key] = StatementRuns(digest, {i: frozen[key] - cases for i, cases in not_run.items()})
+    not_run: dict[str, dict[str, set[str]]] = {}
+    for case, functions in (missed or {}).items():
+        for key, names in functions.items():
+            if case in frozen.get(key, ()):
+                for name in names:
+                    not_run.setdefault(key, {}).setdefault(name, set()).add(case)
+    statements = {key: {name: frozen[key] - cases for name, cases in names.items()} for key, names in not_run.items()}
     return Footprints(tuple(order), frozen, dict(versions), statements)
 
 
 def merged(old: Footprints, new: Footprints) -> Footprints:
-    """``old`` with every case ``new`` recorded replaced; old cases keep their place, new ones go at the end. A
-    function whose version differs between the two keeps no statements (the indexes would not agree)."""
+    """``old`` with every case ``new`` recorded replaced; old cases keep their place, new ones go at the end."""
     by_case = old.by_case()
     by_case.update(new.by_case())
     order = [*old.cases, *(case for case in new.cases if case not in set(old.cases))]
     missed = {case: functions for case, functions in old.missed().items() if case not in set(new.cases)}
     missed.update(new.missed())
-    digests = {key: runs.digest for key, runs in old.statements.items()}
-    for key, runs in new.statements.items():
-        digests[key] = runs.digest if digests.get(key, runs.digest) == runs.digest else ""
-    digests = {key: digest for key, digest in digests.items() if digest}
-    return _from_cases(order, by_case, dict(new.versions) or dict(old.versions), missed, digests)
+    return _from_cases(order, by_case, dict(new.versions) or dict(old.versions), missed)

@@ -106,7 +106,9 @@ def test_a_changed_function_selects_exactly_the_cases_that_ran_it(tmp_path):
     chosen = _select(tmp_path, {"layer.py": BASE["layer.py"].replace("return helper()", "return helper() + 1")})
     assert not chosen.everything
     assert chosen.cases == ("m/a/merge",)
-    assert chosen.reasons == ("toy/layer.py::Linear.merge: changed (base lines 10): run by 1 case(s)",)
+    assert chosen.reasons == (
+        "toy/layer.py::Linear.merge: changed (base lines 10): 1 of the 1 case(s) that ran it ran that code",
+    )
 
 
 def test_docstrings_comments_formatting_and_annotations_select_nothing(tmp_path):
@@ -251,9 +253,16 @@ def test_statements_narrow_a_changed_function_to_the_cases_that_ran_the_change(t
         (root / "branchy.py").write_text(text)
     chosen = select_between(footprints, base, head)
     assert chosen.cases == ("m/b/x",)
-    assert chosen.reasons == ("toy/branchy.py::run: changed (base lines 6): 1 of the 2 case(s) that ran it ran them",)
-    # Another version of the function than the one recorded: its statements are unknown, every case that ran it.
+    assert chosen.reasons == (
+        "toy/branchy.py::run: changed (base lines 6): 1 of the 2 case(s) that ran it ran that code",
+    )
+    # Another version of the function: a statement is known by its code under the same conditions...
     other = BRANCHY.replace("x + 1", "x + 10")
+    (base / "branchy.py").write_text(other)
+    (head / "branchy.py").write_text(other.replace("y * 3", "y * 5"))
+    assert select_between(footprints, base, head).cases == ("m/b/x",)
+    # ... and under other conditions it is unknown: every case that ran the function counts.
+    other = BRANCHY.replace("kind == 'a'", "kind in ('a', 'A')")
     (base / "branchy.py").write_text(other)
     (head / "branchy.py").write_text(other.replace("y * 3", "y * 5"))
     assert select_between(footprints, base, head).cases == ("m/a/x", "m/b/x")

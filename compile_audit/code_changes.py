@@ -62,7 +62,8 @@ class FunctionDef:
 
         def walk(body: list[ast.stmt], chain: str) -> None:
             for statement in body:
-                own = _header(statement) if _blocks_of(statement) else _dump(statement)
+                # Source, not ast.dump: the footprints file must name a statement alike on every Python.
+                own = ast.unparse(_without_blocks(statement) if _blocks_of(statement) else statement)
                 digest = hashlib.sha1(f"{chain}|{own}".encode()).hexdigest()[:10]
                 seen[digest] += 1
                 names.append(f"{digest}.{seen[digest]}")

@@ -56,6 +56,22 @@ def test_write_replaces_the_file_when_it_succeeds(tmp_path):
     assert os.stat(path).st_size > len(ORIGINAL)
 
 
+def test_a_rewritten_file_keeps_its_mode_and_a_new_one_gets_the_umasks(tmp_path):
+    """A temporary file is created 0600; the file it replaces must not become private (a shared checkout's budgets
+    file, a report CI uploads)."""
+    kept = tmp_path / "budgets.toml"
+    kept.write_text(ORIGINAL)
+    kept.chmod(0o664)
+    files.write_text_atomic(kept, ORIGINAL + "\n")
+    assert kept.stat().st_mode & 0o777 == 0o664
+    umask = os.umask(0o022)
+    try:
+        files.write_text_atomic(tmp_path / "new.json", "{}\n")
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o644
+
+
 def _pytest(*args, cwd=REPO_ROOT):
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", *args],

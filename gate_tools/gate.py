@@ -554,9 +554,14 @@ def _selection_by_change(opts: Options, base_source: Path, head_source: Path) ->
     if not opts.footprints.is_file():
         raise GateError(f"--select change: no footprints file {opts.footprints} (or choose --select default|full)")
     try:
-        selection: Selection = select_between(load_footprints(opts.footprints), base_source, head_source)
+        footprints = load_footprints(opts.footprints)
+        selection: Selection = select_between(footprints, base_source, head_source)
     except FootprintsError as error:
         raise GateError(f"--select change: {error}") from None
+    recorded = getattr(footprints, "versions", {}).get("peft")
+    base_version = _source_version(base_source)
+    if recorded and base_version and recorded != base_version:
+        say(f"selection: note: the footprints were recorded on peft {recorded}, base is {base_version}")
     if selection.nothing_executes_differently:
         return Chosen(
             [],
@@ -578,6 +583,13 @@ def _selection_by_change(opts: Options, base_source: Path, head_source: Path) ->
     cases.write_text("".join(f"{case}\n" for case in selection.cases), encoding="utf-8")
     summary = f"so {len(selection.cases)} case(s) run ({shown(cases)})"
     return Chosen([f"--cases={cases}"], len(selection.cases), [*lines, summary])
+
+
+def _source_version(package: Path) -> str | None:
+    """The version pip installed beside a fetched package (its dist-info), without importing it."""
+    for info in package.parent.glob(f"{package.name}-*.dist-info"):
+        return info.name.removesuffix(".dist-info").split("-", 1)[1]
+    return None
 
 
 def _same_torch(spec: str, installed: str) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from compile_audit.change_selection import Selection
+from compile_audit.footprints_file import Footprints
 from gate_tools import gate
 
 pytestmark = pytest.mark.selftest
@@ -53,6 +54,7 @@ class FakeShell:
         self.diff_status, self.diff_stderr = diff_status, diff_stderr
         self.cuda, self.torch, self.transformers = cuda, torch, "5.24.0"
         self.selection = ONE_CASE
+        self.footprints = Footprints((), {})
 
     @staticmethod
     def side(cmd: list[str]) -> str:
@@ -114,7 +116,7 @@ def run_gate(tmp_path, capsys, monkeypatch):
 
     def run(shell: FakeShell, *extra: str, base: str = "peft==0.21.2", head: str = "peft==0.21.2"):
         monkeypatch.setattr(gate, "select_between", lambda footprints, base, head: shell.selection)
-        monkeypatch.setattr(gate, "load_footprints", lambda path: None)
+        monkeypatch.setattr(gate, "load_footprints", lambda path: shell.footprints)
         argv = ["--base", base, "--head", head, "--out", str(tmp_path / "out"), "--torch", "torch==2.13.0"]
         footprints = tmp_path / "footprints.json"
         footprints.write_text("{}", encoding="utf-8")
@@ -517,3 +519,13 @@ def test_a_shard_runs_its_part_of_the_selection(run_gate, tmp_path):
 def test_a_bad_shard_is_refused(run_gate, shard):
     status, _, err = run_gate(FakeShell(), "--shard", shard)
     assert status == 2 and "--shard: " in err[-1]
+
+
+@pytest.mark.parametrize(("base_version", "noted"), [("0.22.0.dev0", True), ("0.21.2", False)])
+def test_footprints_recorded_on_another_peft_than_base_are_noted(run_gate, monkeypatch, base_version, noted):
+    shell = FakeShell()
+    shell.footprints = Footprints((), {}, {"peft": "0.21.2"})
+    monkeypatch.setattr(gate, "_source_version", lambda package: base_version)
+    status, out, _ = run_gate(shell)
+    assert status == 0
+    assert ("the footprints were recorded on peft 0.21.2, base is 0.22.0.dev0" in out) is noted

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,9 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"malformed budgets file: {error}") from None
     report = config.getoption("--compile-report")
     record = config.getoption("--record-budgets")
+    for option, output in (("--compile-report", report), ("--record-budgets", record)):
+        if output:
+            _check_writable(option, Path(output).absolute())
     if record and updating:
         raise pytest.UsageError("--record-budgets PATH and --update-budgets: choose one (the latter rewrites the file)")
     session = GateSession(
@@ -129,6 +133,21 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SESSION] = session
     if not _is_worker(config):  # under xdist the controller collects, judges nothing, and finishes
         config.pluginmanager.register(SessionHooks(session), "compile_gate_session")
+
+
+def _check_writable(option: str, path: Path) -> None:
+    """An output the run cannot write fails before the first case, not after every case has run: a file is created
+    and removed in the nearest folder that exists (the write makes the missing ones)."""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(f"{path} is a folder")
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise pytest.UsageError(f"{option}: cannot write {path}: {error}") from None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -94,6 +94,21 @@ def test_options_work_in_both_forms_from_another_directory(tmp_path):
     assert report.is_file()
 
 
+def test_an_output_that_cannot_be_written_fails_before_the_first_case(tmp_path):
+    target = "/proc/peft-compile-gate/report.json"  # no one creates files in /proc, root included
+    result = _pytest(f"--compile-report={target}", "-q", "-k", "llama-tiny/lora/train-eval")
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert f"--compile-report: cannot write {target}" in result.stderr
+    assert "passed" not in result.stdout
+
+
+def test_an_output_path_that_is_a_folder_fails_before_the_first_case(tmp_path):
+    result = _pytest(f"--compile-report={tmp_path}", "-q", "-k", "llama-tiny/lora/train-eval")
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert f"--compile-report: cannot write {tmp_path}" in result.stderr
+    assert "passed" not in result.stdout
+
+
 def test_space_form_that_would_move_the_rootdir_is_a_usage_error(tmp_path):
     """pytest picks its rootdir before plugin options exist: in the project, with no test path, ``--budgets
     /elsewhere/b.toml`` (an existing file) makes /elsewhere the rootdir and the project's ini (addopts, markers)

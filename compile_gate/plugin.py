@@ -77,7 +77,8 @@ def gate_session(config: pytest.Config) -> GateSession:
     return config.stash[SESSION]
 
 
-def _budgets_path(config: pytest.Config) -> Path:
+def budgets_path(config: pytest.Config) -> Path:
+    """The budgets file of this run: ``--budgets``, else the ``compile_budgets`` ini value."""
     given = config.getoption("--budgets")
     if given:
         return Path(given).absolute()
@@ -108,7 +109,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["TORCH_COMPILE_DISABLE"] = "1"  # the ranks of distributed cases too
         torch._dynamo.config.disable = True
     updating = config.getoption("--update-budgets")
-    path = _budgets_path(config)
+    path = budgets_path(config)
     if not path.exists() and not updating:
         raise pytest.UsageError(f"budgets file {path} does not exist (--update-budgets creates it)")
     try:

@@ -118,3 +118,12 @@ def test_space_form_that_would_move_the_rootdir_is_a_usage_error(tmp_path):
     result = _pytest("--budgets", str(budgets), "--collect-only", "-q")
     assert result.returncode == pytest.ExitCode.USAGE_ERROR
     assert "Write --budgets=PATH, or pass --rootdir" in result.stderr
+
+
+def test_the_budgets_files_own_checks_judge_the_file_given_with_budgets(tmp_path):
+    budgets = tmp_path / "budgets.toml"
+    entry = '[cases."llama-tiny/lora/train-eval-train"]\ngraph_breaks = 1\nnote = "the break at peft/x.py:12"\n'
+    budgets.write_text(entry)  # a line number: the file's own checks refuse it, the loader does not
+    result = _pytest(f"--budgets={budgets}", "-q", "tests/test_budgets_file.py")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"{budgets}:3: note = " in result.stdout

@@ -4,6 +4,7 @@ the zoo, the plugin or the tests; nothing of compile_audit, compile_gate or benc
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -37,3 +38,11 @@ def test_the_tools_import_compile_audit_and_nothing_of_the_zoo_the_plugin_or_the
     assert modules, "no gate_tools package"
     wrong = {path: names & {"bench_models", "compile_gate", "tests", "scripts"} for path, names in modules.items()}
     assert not {path: names for path, names in wrong.items() if names}
+
+
+def test_what_pyproject_points_to_in_the_readme_is_there():
+    """pyproject.toml's comments send a reader to the README by a quoted heading or phrase: it must be there."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    pointers = re.findall(r'README, "([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pointers, "pyproject.toml names no README section (update this test if that is on purpose)"
+    assert not [p for p in pointers if p not in readme], f"README.md lacks what pyproject.toml points to: {pointers}"

@@ -4,6 +4,11 @@ Everything is built from configs with random weights; nothing is downloaded. Thi
 compile_audit or pytest.
 """
 
+from .quiet_imports import quiet_optional_backends
+
+with quiet_optional_backends():
+    import peft  # noqa: F401  (first, here: its optional backends' import-time warnings stay quiet)
+
 from .installed_peft import peft_lacks
 from .methods import EXCLUDED_PEFT_TYPES, METHODS, OPERATIONS, Method, get_method
 from .models import MODELS, ModelSpec, build_base_model, get_spec, library_versions

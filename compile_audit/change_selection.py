@@ -97,8 +97,15 @@ class Readers:
         return defining == source or defining.startswith(source + ".")
 
     def of_name(self, name: str, defined_in: str) -> set[str]:
-        """Functions that read a module-level name: bare where it is visible, or as a string (``getattr``)."""
+        """Functions that read a module-level name: bare where it is visible, as an attribute where their module
+        imports the defining module (or a package above it) as an object (``from . import variants``), or as a
+        string (``getattr``)."""
         found = {key for key, path in self.by_name.get(name, ()) if self._sees(path, name, defined_in)}
+        defining = code_changes.dotted_module(defined_in)
+        for key in self.by_attribute.get(name, ()):
+            module = self.modules.get(key.partition("::")[0])
+            if module and any(defining == m or defining.startswith(m + ".") for m in module.imported_modules()):
+                found.add(key)
         return found | self.by_string.get(name, set())
 
     def of_attribute(self, name: str) -> set[str]:

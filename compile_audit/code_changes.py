@@ -118,7 +118,12 @@ class Module:
     attributes_read: Mapping[str, frozenset[str]]  # function qualname -> attributes and keyword arguments it reads
     names_read: Mapping[str, frozenset[str]]  # function qualname -> the bare names it reads
     strings_read: Mapping[str, frozenset[str]]  # function qualname -> identifier-like strings (getattr(x, "name"))
-    imports: Mapping[str, tuple[str, str]]  # local name -> (resolved source module, original name), from-imports
+    # local name -> (resolved source module, original name); for ``import a.b as c``: c -> ("a.b", "")
+    imports: Mapping[str, tuple[str, str]]
+
+    def imported_modules(self) -> set[str]:
+        """What may be module objects here: each import's module, and each from-import's ``source.name``."""
+        return {f"{source}.{name}" if name else source for source, name in self.imports.values()}
 
     @property
     def dotted(self) -> str:
@@ -446,6 +451,10 @@ def _from_imports(tree: ast.Module, path: str) -> dict[str, tuple[str, str]]:
                 source = node.module or ""
             for alias in node.names:
                 imports[alias.asname or alias.name] = (source, alias.name)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:  # ``import a.b as c``: c is the module a.b; ``import a.b``: a is a
+                module = alias.name if alias.asname else alias.name.split(".")[0]
+                imports[alias.asname or module] = (module, "")
     return imports
 
 

@@ -286,3 +286,22 @@ def test_statements_are_named_alike_on_every_python():
         "ed87a66d15.1",
         "b241c9daa3.1",
     ]
+
+
+def test_a_module_level_name_read_through_its_module_object_selects_that_reader(tmp_path):
+    """``from . import variants`` then ``variants.SCALE``: a change to the constant selects who reads it so."""
+    files = {
+        "variants.py": "SCALE = 1\n",
+        "user.py": "from . import variants\n\n\ndef build():\n    return variants.SCALE\n",
+    }
+    footprints = Footprints(("m/a/x", "m/b/x"), {"toy/user.py::build": frozenset({"m/a/x"})})
+    roots = []
+    for side, scale in (("base", "1"), ("head", "2")):
+        root = tmp_path / side / "toy"
+        root.mkdir(parents=True)
+        (root / "__init__.py").write_text("")
+        for name, text in files.items():
+            (root / name).write_text(text.replace("SCALE = 1", f"SCALE = {scale}"))
+        roots.append(root)
+    chosen = select_between(footprints, *roots)
+    assert chosen.cases == ("m/a/x",), chosen.reasons

@@ -213,13 +213,14 @@ class _Rules:
             return self.changed_statements(change, label, ran)
         if ran:
             return Pick(ran, f"{label}: {change.kind}: run by {_count(ran)}")
-        if owner is None:
-            for path, statement in self.readers.at_import_time(change.qualname, change.path):
-                return Pick(
-                    EVERYTHING,
-                    f"{label}: {change.kind}, run by no recorded case, read at import by"
-                    f" `{statement.text}` ({path}): every case",
-                )
+        at_import = self.readers.at_import_time(change.qualname, change.path) if owner is None else []
+        if at_import:
+            path, statement = at_import[0]
+            return Pick(
+                EVERYTHING,
+                f"{label}: {change.kind}, run by no recorded case, read at import by `{statement.text}` ({path}):"
+                " every case",
+            )
         cases = self.unrun(change.path, change.qualname)
         where = f"ran {owner} (or a subclass) and code that names it" if owner else "ran code that names it"
         return Pick(cases, f"{label}: {change.kind}, run by no recorded case: the {_count(cases)} that {where}")

@@ -52,11 +52,6 @@ def function_key(path: str, qualname: str) -> str:
     return f"{path}::{_INNER_CODE.sub('', qualname)}"
 
 
-def split_key(key: str) -> tuple[str, str]:
-    path, _, qualname = key.partition("::")
-    return path, qualname
-
-
 @dataclasses.dataclass(frozen=True)
 class Footprints:
     cases: tuple[str, ...]  # every recorded case, in the file's order

@@ -474,6 +474,17 @@ class BudgetFile:
         recorded = own or self.versions.get(tier)
         return bool(recorded) and all(installed.get(k) == v for k, v in recorded.items())
 
+    def version_differences(self, tier: str, installed: dict[str, str], case_id: str | None = None) -> list[str]:
+        """``transformers 5.25.0 (recorded 5.24.0)`` for each installed version that differs from the entry's (or
+        the file's) recorded one."""
+        own = dict(self.entries[case_id].recorded_with) if case_id in self.entries else {}
+        recorded = own or self.versions.get(tier) or {}
+        return [
+            f"{name} {installed.get(name, 'missing')} (recorded {version})"
+            for name, version in sorted(recorded.items())
+            if installed.get(name) != version
+        ]
+
     def apply(self, proposals: dict[str, Budget], tiers: dict[str, str], installed: dict[str, str]) -> None:
         """Record ``proposals`` (case id -> entry; ``tiers``: case id -> tier) made on the ``installed`` versions.
         A tier's ``[versions.<tier>]`` is set when it has none; otherwise an entry recorded on other versions keeps

@@ -37,11 +37,18 @@ class CaseAudit:
     change) are reported with :meth:`expect`; :meth:`verdict` judges everything at once, so one run tells
     the whole story."""
 
-    def __init__(self, case_id: str, budget: Budget, *, backend: str | Callable[..., Any] = "eager") -> None:
+    def __init__(
+        self,
+        case_id: str,
+        budget: Budget,
+        *,
+        backend: str | Callable[..., Any] = "eager",
+        under_test: tuple[str, ...] = (),
+    ) -> None:
         self.case_id = case_id
         self.budget = budget
         self.backend = backend
-        self.result = AuditResult()
+        self.result = AuditResult(under_test=under_test)
         self.checks: list[tuple[str, str]] = []  # the scenario's failed checks: (check name, one line or section)
         self._phases: PhaseAudit | None = None
 
@@ -97,7 +104,12 @@ class CaseAudit:
             self.checks.append((check, problem))
 
     def verdict(
-        self, *, where: str = "budgets file", on_recorded_versions: bool = True, updating: bool = False
+        self,
+        *,
+        where: str = "budgets file",
+        on_recorded_versions: bool = True,
+        versions_note: str = "",
+        updating: bool = False,
     ) -> Verdict:
         return judge(
             self.case_id,
@@ -106,5 +118,6 @@ class CaseAudit:
             checks=self.checks,
             where=where,
             on_recorded_versions=on_recorded_versions,
+            versions_note=versions_note,
             updating=updating,
         )

@@ -44,6 +44,7 @@ MAX_THRESHOLD = 1000.0
 # "failed": a known failure holds only what it names, so a failed one has a new problem.
 STATUS_RANK = {"passed": 0, "skipped": 1, "xfailed": 2, "failed": 3, "error": 4}
 CHART_LIMIT = 30
+ROOT_CASES_SHOWN = 12
 REASON_WIDTH = 160
 
 # An underscore between two letters or digits is literal (module_dropout); any other one may be emphasis.
@@ -55,7 +56,7 @@ METRICS = (
     "status",
     "recompile limit",
     "signatures",
-    "graph breaks",
+    "graph breaks (roots)",
     "unexpected recompiles",
     "recompiles",
     "ddp splits",
@@ -153,27 +154,17 @@ def plain(text: str) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\g<0>", text)
 
 
-def _breaks(case: dict[str, Any]) -> tuple[collections.Counter, dict[tuple, dict[str, Any]]]:
-    """Occurrences per break (file, reason, source) and one example of each, with its call."""
-    counts: collections.Counter = collections.Counter()
-    examples: dict[tuple, dict[str, Any]] = {}
-    for call in section(case, "graph_breaks").get("calls") or []:
-        for brk in call.get("breaks") or []:
-            location = str(brk.get("location", "?"))
-            key = (
-                location.rsplit(":", 1)[0],
-                normalize(str(brk.get("reason", ""))),
-                str(brk.get("source", "")).strip(),
-            )
-            counts[key] += brk.get("occurrences", 1) if isinstance(brk.get("occurrences"), int) else 1
-            examples.setdefault(key, {**brk, "call": call.get("call", "?")})
-    return counts, examples
+def _roots(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The case's roots by identity (compile_audit.roots): where Dynamo stopped, with their consequences."""
+    return {str(root.get("identity")): root for root in section(case, "graph_breaks").get("roots") or []}
 
 
 def _recompiles(case: dict[str, Any]) -> tuple[collections.Counter, dict[tuple, dict[str, Any]]]:
     counts: collections.Counter = collections.Counter()
     examples: dict[tuple, dict[str, Any]] = {}
     for event in section(case, "recompiles").get("events") or []:
+        if event.get("consequence"):  # listed under its root
+            continue
         key = (
             bool(event.get("expected")),
             normalize(str(event.get("frame", ""))),
@@ -219,26 +210,47 @@ def _percent_change(metric: str, what: str, old: Any, new: Any, threshold: float
     return Change(metric, text, percent)
 
 
-def _new_breaks(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Breaks head has beyond base, in head's order: ("new" or "+N more", an example with its call)."""
-    base_counts, _ = _breaks(base)
-    head_counts, examples = _breaks(head)
-    return [
-        ("new" if key not in base_counts else f"+{extra} more", examples[key])
-        for key, extra in (head_counts - base_counts).items()
+def _new_roots(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Roots head has beyond base, in head's order: ("new" or "+N hits", the root)."""
+    base_roots = _roots(base)
+    found = []
+    for identity, root in _roots(head).items():
+        before = base_roots.get(identity)
+        if before is None:
+            found.append(("new", root))
+        elif int(root.get("hits", 1)) > int(before.get("hits", 1)):
+            found.append((f"+{int(root['hits']) - int(before.get('hits', 1))} hits of", root))
+    return found
+
+
+def _consequence_text(root: dict[str, Any]) -> str:
+    consequences = root.get("consequences") or {}
+    parts = [
+        f"{len(consequences.get(kind) or [])} {label}"
+        for kind, label in (
+            ("eager_frames", "enclosing frame(s) run eagerly"),
+            ("nested_breaks", "frame(s) compiled on their own that broke"),
+            ("recompiles", "recompile(s)"),
+            ("limit_hits", "recompile-limit hit(s)"),
+        )
+        if consequences.get(kind)
     ]
+    return f"; so {', '.join(parts)}" if parts else ""
 
 
-def _break_lines(new_breaks: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    lines = []
-    for how, brk in new_breaks:
-        times = f", x{brk['occurrences']}" if isinstance(brk.get("occurrences"), int) else ""
-        source = f" — {code(brk['source'])}" if str(brk.get("source") or "").strip() else ""
-        where = code(brk.get("location", "?"))
-        eager = f"Dynamo ran {code(brk['eager_function'])} eagerly: " if brk.get("eager_function") else ""
-        reason = plain(_first_line(brk.get("reason")))
-        lines.append(f"{how} break at {where} ({brk['call']}{times}): {eager}{reason}{source}")
-    return lines
+def root_line(root: dict[str, Any]) -> str:
+    """A root in markdown: where, in which phases and how often, why, its source line, reached from where."""
+    hits = int(root.get("hits", 1))
+    times = f", x{hits}" if hits > 1 else ""
+    source = f" — {code(root['source'])}" if str(root.get("source") or "").strip() else ""
+    via = f" (reached from {code(root['via'])})" if root.get("via") else ""
+    phases = ", ".join(root.get("phases") or []) or "?"
+    reason = plain(_first_line(root.get("reason")))
+    return f"{code(root.get('location', '?'))} ({phases}{times}): {reason}{source}{via}"
+
+
+def _break_lines(new_roots: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    return [f"{how} root at {root_line(root)}{_consequence_text(root)}" for how, root in new_roots]
 
 
 def _new_recompile_lines(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
@@ -305,18 +317,18 @@ def compare_case(
         details.append(f"{head['status']}: {plain(_first_line(_why(head['message'])))}")
     if audited(base) and audited(head):
         breaks = _count_change(
-            "graph breaks", count(base, "graph_breaks", "count"), count(head, "graph_breaks", "count")
+            "graph breaks (roots)", count(base, "graph_breaks", "count"), count(head, "graph_breaks", "count")
         )
         unexpected = _count_change(
             "unexpected recompiles", count(base, "recompiles", "unexpected"), count(head, "recompiles", "unexpected")
         )
         recompiles = _count_change("recompiles", count(base, "recompiles", "count"), count(head, "recompiles", "count"))
-        new_breaks = _new_breaks(base, head) if breaks and breaks.delta > 0 else []
-        first_new = next((brk for how, brk in new_breaks if how == "new"), None)
-        if breaks and first_new:
+        new_roots = _new_roots(base, head)
+        first_new = next((root for how, root in new_roots if how == "new"), None)
+        if breaks and breaks.delta > 0 and first_new:
             where, reason = code(first_new.get("location", "?")), plain(_first_line(first_new.get("reason")))
             breaks.text += f", first at {where}: {reason}"
-        details += _break_lines(new_breaks)
+        details += _break_lines(new_roots)
         if (unexpected and unexpected.delta > 0) or (recompiles and recompiles.delta > 0):
             details += _new_recompile_lines(base, head)
         changes += [_limit_change(base, head, details), _signature_change(base, head, details)]
@@ -454,6 +466,32 @@ def chart_lines(result: ReportDiff, section: str, key: str) -> list[str]:
     ]
 
 
+def new_roots_across(result: ReportDiff, regressions: list[CaseDiff]) -> list[tuple[dict[str, Any], list[str]]]:
+    """Each root new in head, once, with the worse cases that have it, most cases first."""
+    cases: dict[str, list[str]] = {}
+    roots: dict[str, dict[str, Any]] = {}
+    for diff in regressions:
+        base, head = result.base[diff.case_id], result.head[diff.case_id]
+        for how, root in _new_roots(base, head):
+            if how == "new":
+                roots.setdefault(str(root.get("identity")), root)
+                cases.setdefault(str(root.get("identity")), []).append(diff.case_id)
+    return sorted(((roots[i], ids) for i, ids in cases.items()), key=lambda item: (-len(item[1]), item[0]["location"]))
+
+
+def _roots_section(result: ReportDiff, regressions: list[CaseDiff]) -> list[str]:
+    found = new_roots_across(result, regressions)
+    if not found:
+        return []
+    lines = ["", f"### New roots ({len(found)}): where Dynamo now stops, the places to fix", ""]
+    for root, case_ids in found:
+        shown = ", ".join(case_ids[:ROOT_CASES_SHOWN])
+        more = f" and {len(case_ids) - ROOT_CASES_SHOWN} more" if len(case_ids) > ROOT_CASES_SHOWN else ""
+        lines.append(f"- {root_line(root)}")
+        lines.append(f"  - identity {code(root.get('identity'))}; in {len(case_ids)} worse case(s): {shown}{more}")
+    return lines
+
+
 def render(result: ReportDiff, chart: bool = False) -> str:
     lines = ["## torch.compile gate: base vs head", "", versions_line(result.base_versions, result.head_versions), ""]
     if result.empty:
@@ -465,6 +503,7 @@ def render(result: ReportDiff, chart: bool = False) -> str:
         f"{verdict}: {len(regressions)} case(s) worse, {len(improvements)} better, "
         f"{len(result.only_base)} only in base, {len(result.only_head)} only in head"
     )
+    lines += _roots_section(result, regressions)
     for title, diffs in (("Regressions", regressions), ("Improvements", improvements)):
         if diffs:
             lines += ["", f"### {title} ({len(diffs)})", ""]

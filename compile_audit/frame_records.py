@@ -19,12 +19,13 @@ from typing import Any
 
 import torch._dynamo.utils
 
-from compile_audit.graph_breaks import GraphBreak, graph_break_id, one_line_reason
+from compile_audit.graph_breaks import GraphBreak, graph_break_id, one_line_reason, stack_entry
 from compile_audit.locations import location, short_path
 
 # Types Dynamo raises for a graph break it did not handle; the frame then runs eagerly.
 _GRAPH_BREAK_FAILURES = frozenset({"Unsupported", "UserError"})
 _TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)$')
+_COMPILE_ID = re.compile(r"(\d+)/(\d+)\]?$")
 _METRICS_LIMIT = 100_000  # a phase's frame compiles all stay in the window (Dynamo's default keeps 64)
 
 
@@ -69,6 +70,7 @@ class FrameRecords:
     def __init__(self) -> None:
         self.eager_frames: list[GraphBreak] = []
         self.work = FrameWork()
+        self.codes: dict[str, str] = {}  # compile id ("3/0") -> the frame it compiled or tried ("forward at f.py:12")
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[FrameRecords]:
@@ -99,6 +101,10 @@ class FrameRecords:
             operations=sum(m.graph_op_count or 0 for m in compiled),
             guards=sum(m.guard_count or 0 for m in compiled),
         )
+        for m in metrics:
+            compile_id = compile_id_of(m.compile_id)
+            if compile_id and m.co_name and m.co_filename:
+                self.codes[compile_id] = f"{m.co_name} at {location(m.co_filename, m.co_firstlineno or 0)}"
         self.eager_frames = [
             eager_frame_break(m, tracebacks)
             for m in metrics
@@ -106,25 +112,46 @@ class FrameRecords:
         ]
 
 
+def compile_id_of(value: Any) -> str:
+    """Dynamo's compile id as ``frame/attempt`` ("3/0"), whatever its wrapping ("[3/0]", "[!0/3/0]")."""
+    match = _COMPILE_ID.search(str(value or ""))
+    return f"{match[1]}/{match[2]}" if match else ""
+
+
 def eager_frame_break(metrics: Any, tracebacks: list[list[tuple[str, int, str]]]) -> GraphBreak:
     """The graph break of a frame Dynamo skipped, at the line of that frame where it broke (from the graph-break
     log's user traceback; the function's first line when the log has no traceback for it)."""
     line = metrics.co_firstlineno
+    stack: tuple[str, ...] = ()
     for frames in tracebacks:
-        lines = [n for file, n, name in frames if name == metrics.co_name and file == metrics.co_filename]
-        if lines:
-            line = lines[0]
+        own = [i for i, (file, _, name) in enumerate(frames) if name == metrics.co_name and file == metrics.co_filename]
+        if own:
+            line = frames[own[0]][1]
+            stack = tuple(stack_entry(file, n, name) for file, n, name in frames[own[0] :])
             break
     reason = one_line_reason(metrics.fail_reason or metrics.fail_type)
     inner = ""
     if metrics.fail_user_frame_filename:
         inner = location(metrics.fail_user_frame_filename, metrics.fail_user_frame_lineno)
+    own_location = location(metrics.co_filename, line)
+    below = bool(inner) and inner != own_location
+    stopped_in = "?"
+    if below:
+        for frames in tracebacks:
+            names = [name for file, n, name in frames if location(file, n) == inner]
+            if names:
+                stopped_in = names[-1]
+                break
     source = linecache.getline(metrics.co_filename, line).strip()
     return GraphBreak(
-        reason=f"{reason} (the break: {inner})" if inner and inner != location(metrics.co_filename, line) else reason,
-        location=location(metrics.co_filename, line),
+        reason=f"{reason} (the break: {inner})" if below else reason,
+        location=own_location,
         source=source,
         function=metrics.co_name,
         eager_function=f"{metrics.co_name} at {short_path(metrics.co_filename)}:{metrics.co_firstlineno}",
         graph_break_id=graph_break_id(reason),
+        stopped_at=inner if below else "",
+        stopped_in=stopped_in if below else "",
+        compile_id=compile_id_of(metrics.compile_id),
+        stack=stack,
     )

@@ -23,6 +23,13 @@ class GraphBreak:
     # A break Dynamo could not resume from: it ran this whole function eagerly ("forward at peft/peft_model.py:1903").
     eager_function: str = ""
     graph_break_id: str = ""  # torch's stable id of the graph-break type (gb0025), where torch has one
+    # For a frame run eagerly because of a break below its own line: where Dynamo stopped, and in which function.
+    stopped_at: str = ""
+    stopped_in: str = ""
+    # Per occurrence, not part of what makes two breaks the same: the frame compile it ended ("3/0"), and the user
+    # frames from that frame down to the break, outermost first ("peft/peft_model.py:1915 in forward").
+    compile_id: str = dataclasses.field(default="", compare=False)
+    stack: tuple[str, ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def kind(self) -> str:
@@ -69,6 +76,7 @@ class GraphBreakReport:
                     "occurrences": n,
                     **({"eager_function": b.eager_function} if b.eager_function else {}),
                     **({"graph_break_id": b.graph_break_id} if b.graph_break_id else {}),
+                    **({"stopped_at": b.stopped_at, "stopped_in": b.stopped_in} if b.stopped_at else {}),
                 }
                 for b, n in self.grouped()
             ],
@@ -106,6 +114,11 @@ def graph_break_id(reason: str) -> str:
     return str(found).lower() if found else ""
 
 
+def stack_entry(filename: str, lineno: int | None, function: str) -> str:
+    """One user frame of a break's stack: ``peft/peft_model.py:1915 in forward``."""
+    return f"{location(filename, lineno)} in {function}"
+
+
 def _user_frame(user_stack: list[Any]) -> tuple[str, str, str]:
     if not user_stack:
         return "<unknown>:?", "", "?"
@@ -113,14 +126,22 @@ def _user_frame(user_stack: list[Any]) -> tuple[str, str, str]:
     return location(frame.filename, frame.lineno), (frame.line or "").strip(), getattr(frame, "name", "?") or "?"
 
 
-def graph_break_of(compile_reason: Any) -> GraphBreak | None:
+def graph_break_of(compile_reason: Any, compile_id: str = "") -> GraphBreak | None:
     """The break behind one compiled graph (``gm.compile_subgraph_reason``), as explain() reads it."""
     if compile_reason is None or not getattr(compile_reason, "graph_break", False):
         return None
-    where, source, function = _user_frame(list(compile_reason.user_stack))
+    user_stack = list(compile_reason.user_stack)
+    where, source, function = _user_frame(user_stack)
     reason = one_line_reason(compile_reason.reason)
+    stack = tuple(stack_entry(f.filename, f.lineno, getattr(f, "name", "?") or "?") for f in user_stack)
     return GraphBreak(
-        reason=reason, location=where, source=source, function=function, graph_break_id=graph_break_id(reason)
+        reason=reason,
+        location=where,
+        source=source,
+        function=function,
+        graph_break_id=graph_break_id(reason),
+        compile_id=compile_id,
+        stack=stack,
     )
 
 

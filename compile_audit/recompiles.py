@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import logging
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,8 +23,8 @@ from torch._dynamo.callback import CallbackArgs, CallbackTrigger
 
 from compile_audit.ddp_splits import GraphSplit, is_ddp_piece
 from compile_audit.footprint import note_traced_code
-from compile_audit.frame_records import FrameRecords
-from compile_audit.graph_breaks import GraphBreak, GraphBreakReport, graph_break_of
+from compile_audit.frame_records import FrameRecords, compile_id_of
+from compile_audit.graph_breaks import GraphBreak, GraphBreakReport, graph_break_of, stack_entry
 from compile_audit.guards import GuardFailure, parse_guard_failure
 from compile_audit.locations import code_location, location
 from compile_audit.normalize import normalize
@@ -126,12 +127,18 @@ class PhaseRecord:
     graph_breaks: list[GraphBreak] = dataclasses.field(default_factory=list)
     limit_hits: list[RecompileLimitHit] = dataclasses.field(default_factory=list)
     ddp_splits: list[GraphSplit] = dataclasses.field(default_factory=list)
+    # compile id ("3/0") -> the frame that compile was for ("forward at peft/peft_model.py:1890"), every frame
+    # Dynamo compiled or tried in the phase
+    frame_codes: dict[str, str] = dataclasses.field(default_factory=dict)
+    # compile id -> the user frames that called the frame being compiled, innermost first, each as
+    # (its code, "file:line in function"): a caller that Dynamo handled makes the compile a nested one
+    callers: dict[str, list[list[str]]] = dataclasses.field(default_factory=dict)
 
     def break_report(self) -> GraphBreakReport:
         return GraphBreakReport(call=self.name, breaks=self.graph_breaks, graph_count=self.graphs_compiled)
 
     def to_dict(self) -> dict[str, Any]:
-        skip = ("recompiles", "graph_breaks", "limit_hits", "ddp_splits")
+        skip = ("recompiles", "graph_breaks", "limit_hits", "ddp_splits", "frame_codes", "callers")
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
         data["graph_breaks"] = len(self.graph_breaks)
         data["recompiles"] = [r.to_dict() for r in self.recompiles]
@@ -165,7 +172,8 @@ class CountingBackend:
 
     def count_graph(self, gm: torch.fx.GraphModule) -> None:
         self.graphs += 1
-        brk = graph_break_of(getattr(gm, "compile_subgraph_reason", None))
+        compile_id = compile_id_of(torch._guards.CompileContext.current_compile_id())
+        brk = graph_break_of(getattr(gm, "compile_subgraph_reason", None), compile_id)
         if brk is not None:
             self.breaks.append(brk)
 
@@ -175,6 +183,28 @@ class CountingBackend:
 
 def _guard_failure_counts() -> dict[Any, int]:
     return {code: len(reasons) for code, reasons in torch._dynamo.utils.guard_failures.items()}
+
+
+_CONVERT_FRAME = "torch/_dynamo/convert_frame.py"
+
+
+def _callers_of_compile() -> list[list[str]]:
+    """The user frames that called the frame Dynamo is about to compile, innermost first, as (code, stack entry).
+
+    Called from a compile-start callback: the frames below Dynamo's outermost ``convert_frame`` frame are its own
+    machinery; the frame being compiled has not started, so the next frame is its caller."""
+    frames = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    machinery = [i for i, f in enumerate(frames) if f.f_code.co_filename.replace("\\", "/").endswith(_CONVERT_FRAME)]
+    if not machinery:
+        return []
+    return [
+        [code_location(f.f_code), stack_entry(f.f_code.co_filename, f.f_lineno, f.f_code.co_name)]
+        for f in frames[machinery[-1] + 1 :]
+    ]
 
 
 def _compiled_frame(frame_id: str) -> str:
@@ -211,6 +241,9 @@ class _PhaseListener:
         if args.callback_trigger != CallbackTrigger.DYNAMO:
             return
         self.record.frames_compiled += 1
+        compile_id = compile_id_of(args.compile_id)
+        if compile_id:
+            self.record.callers[compile_id] = _callers_of_compile()
         codes, failures = self._new_guard_failures()
         match = _COMPILE_ID.search(str(args.compile_id))
         if match and int(match[2]) > 0:
@@ -296,6 +329,7 @@ class PhaseAudit:
             # Frames Dynamo gave up on and ran eagerly are graph breaks too: no graph tells of them.
             record.graph_breaks = self.backend.breaks[breaks_before:] + frames.eager_frames
             record.operations_captured, record.guards = frames.work.operations, frames.work.guards
+            record.frame_codes = frames.codes
             record.ddp_splits = self.backend.splits[splits_before:]
 
     @property

@@ -1,7 +1,7 @@
 """The run report: one record per case, as JSON (``--compile-report``) and as a terminal table, and the one
 reader of reports that the diff and the matrix share.
 
-Schema ``compile-audit-report/1`` (documented in README.md)::
+Schema ``compile-audit-report/2`` (documented in README.md)::
 
     {"schema": ..., "created": ISO time, "versions": {"torch": ..., ...},
      "cases": [{"id", "model", "method", "scenario", "device", "backend",
@@ -23,7 +23,7 @@ from typing import Any
 
 from compile_audit.files import write_text_atomic
 
-SCHEMA = "compile-audit-report/1"
+SCHEMA = "compile-audit-report/2"
 REQUIRED_FIELDS = ("id", "model", "method", "scenario", "status")
 
 

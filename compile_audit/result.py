@@ -6,8 +6,9 @@ import dataclasses
 from typing import Any
 
 from compile_audit.ddp_splits import GraphSplit
-from compile_audit.graph_breaks import GraphBreak, GraphBreakReport
+from compile_audit.graph_breaks import GraphBreakReport
 from compile_audit.recompiles import PhaseRecord, Recompile, RecompileLimitHit
+from compile_audit.roots import Attribution, Root, attribute, explained_roots
 
 
 @dataclasses.dataclass
@@ -15,10 +16,23 @@ class AuditResult:
     explained: list[GraphBreakReport] = dataclasses.field(default_factory=list)  # from explain()
     phases: list[PhaseRecord] = dataclasses.field(default_factory=list)
     steady_state_from: str | None = None  # after this phase, nothing may compile
+    # The top-level packages of the code under test ("peft"): a root outside them names the innermost frame of
+    # theirs on its stack.
+    under_test: tuple[str, ...] = ()
 
     @property
     def audited(self) -> bool:
         return bool(self.phases or self.explained)
+
+    @property
+    def attribution(self) -> Attribution:
+        """Roots with their consequences, and the recompiles and limit hits that are judged on their own."""
+        return attribute(self.phases, self.under_test)
+
+    @property
+    def roots(self) -> list[Root]:
+        explained = explained_roots((report.call, brk) for report in self.explained for brk in report.breaks)
+        return explained + self.attribution.roots
 
     @property
     def graph_breaks(self) -> list[GraphBreakReport]:
@@ -27,15 +41,20 @@ class AuditResult:
 
     @property
     def graph_break_count(self) -> int:
+        """The places Dynamo stopped (roots); the frames each one sent back to Python are its consequences."""
+        return len(self.roots)
+
+    @property
+    def break_records(self) -> int:
+        """Every graph-break record Dynamo made, consequences included (the report's raw count)."""
         return sum(report.count for report in self.graph_breaks)
 
     @property
-    def break_signatures(self) -> dict[str, GraphBreak]:
-        """Each distinct break signature with its first occurrence."""
-        found: dict[str, GraphBreak] = {}
-        for report in self.graph_breaks:
-            for brk in report.breaks:
-                found.setdefault(brk.signature, brk)
+    def break_signatures(self) -> dict[str, Root]:
+        """Each root's identity with the root."""
+        found: dict[str, Root] = {}
+        for root in self.roots:
+            found.setdefault(root.identity, root)
         return found
 
     @property
@@ -48,8 +67,15 @@ class AuditResult:
         return sum(split.count for _, split in self.ddp_splits)
 
     @property
-    def recompiles(self) -> list[Recompile]:
+    def all_recompiles(self) -> list[Recompile]:
+        """Every recompile, consequences of roots included."""
         return [r for phase in self.phases for r in phase.recompiles]
+
+    @property
+    def recompiles(self) -> list[Recompile]:
+        """The recompiles judged on their own: not those of frames compiled only because a root sent a caller back
+        to Python (they are that root's consequences)."""
+        return self.attribution.recompiles
 
     @property
     def unexpected_recompiles(self) -> list[Recompile]:
@@ -65,7 +91,8 @@ class AuditResult:
 
     @property
     def limit_hits(self) -> list[RecompileLimitHit]:
-        return [h for phase in self.phases for h in phase.limit_hits]
+        """Recompile-limit hits judged on their own (a root's consequences are listed under it)."""
+        return self.attribution.limit_hits
 
     @property
     def steady_state_compiles(self) -> list[PhaseRecord]:
@@ -85,21 +112,19 @@ class AuditResult:
         return sum(p.compile_seconds for p in self.phases)
 
     def describe_breaks(self, limit: int = 20) -> list[str]:
-        lines = []
-        for report in self.graph_breaks:
-            for brk, occurrences in report.grouped():
-                times = f" x{occurrences}" if occurrences > 1 else ""
-                eager = f"Dynamo ran {brk.eager_function} eagerly: " if brk.eager_function else ""
-                lines.append(f"{brk.location} [{report.call}{times}]: {eager}{brk.reason}")
-                if brk.source:
-                    lines.append(f"    {brk.source}")
-        return lines[: 2 * limit] + ([f"... {len(lines) // 2 - limit} more"] if len(lines) > 2 * limit else [])
+        """Each root: where, source line, phases and hits, then its consequences, one line per kind."""
+        lines = [line for root in self.roots[:limit] for line in root.describe()]
+        hidden = len(self.roots) - limit
+        return lines + ([f"... {hidden} more roots (all of them in --compile-report)"] if hidden > 0 else [])
 
     def to_dict(self) -> dict[str, Any]:
+        judged = {id(r) for r in self.recompiles}
         return {
             "graph_breaks": {
                 "count": self.graph_break_count,
                 "signatures": sorted(self.break_signatures),
+                "roots": [root.to_dict() for root in self.roots],
+                "records": self.break_records,
                 "calls": [report.to_dict() for report in self.graph_breaks],
             },
             "recompiles": {
@@ -107,7 +132,8 @@ class AuditResult:
                 "unexpected": len(self.unexpected_recompiles),
                 "signatures": sorted(self.recompile_signatures),
                 "limit_hits": [hit.to_dict() for hit in self.limit_hits],
-                "events": [r.to_dict() for r in self.recompiles],
+                "events": [{**r.to_dict(), "consequence": id(r) not in judged} for r in self.all_recompiles],
+                "consequences": len(self.all_recompiles) - len(self.recompiles),
             },
             "ddp_splits": {"count": self.ddp_split_count},
             "steady_state_compiles": sum(p.frames_compiled for p in self.steady_state_compiles),

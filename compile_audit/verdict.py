@@ -5,16 +5,18 @@ Problems, in the order a failure message lists them:
 - ``RECOMPILE_LIMIT``: Dynamo gave up on a frame and runs it eagerly. Fails whatever the budget;
   only a ``known_failure`` holds it, and such a run never feeds the ratchet.
 - ``OVER_BUDGET``: more graph breaks / recompiles / unexpected recompiles / DDP splits than the budget allows.
-- ``NEW_SIGNATURE``: a break or unexpected-recompile signature the budget does not list, even within
-  the counts.
+- ``NEW_ROOT``: a root (``compile_audit.roots``) named by torch's graph-break id that the budget does not list,
+  even within the counts; on any versions.
+- ``NEW_SIGNATURE``: a root named by Dynamo's wording, or an unexpected-recompile signature, that the budget does
+  not list, even within the counts.
 - ``STEADY_STATE``: a phase compiled after the scenario's first full cycle.
 - ``CHECK``: a scenario's own check failed (parity with eager, weights, gradients ...).
 - ``TIGHTEN``: the ratchet; the case beat its budget (counts or vanished signatures). A failure when
   the installed versions equal those the budgets file records, else a warning.
 
 On versions other than those the budget was recorded with, ``NEW_SIGNATURE`` is a warning too: upstream rewords
-and reclassifies breaks between releases (torch 2.14 renamed "Missing tp_iternext", and its graph-break id), so a
-budget's signatures name what its own versions report. The counts bind on every version.
+guards and breaks without an id between releases, so such signatures name what the budget's own versions report.
+A root's graph-break id is stable, so ``NEW_ROOT`` and the counts bind on every version.
 
 With ``updating`` (``--update-budgets``) the budget's own problems (over, new signature, tighten)
 are not failures: the budget is being rewritten from this run.
@@ -35,6 +37,7 @@ from collections.abc import Sequence
 from compile_audit.budgets import KNOWN_FAILURE_KINDS, Budget, Observed, compare, known_value_shown
 from compile_audit.normalize import normalize
 from compile_audit.result import AuditResult
+from compile_audit.roots import is_graph_break_id
 
 MAX_LISTED = 15  # recompiles listed in a failure message; the JSON report has all
 
@@ -42,13 +45,14 @@ MAX_LISTED = 15  # recompiles listed in a failure message; the JSON report has a
 class Kind(enum.Enum):
     RECOMPILE_LIMIT = "recompile limit"
     OVER_BUDGET = "over budget"
+    NEW_ROOT = "new root"
     NEW_SIGNATURE = "new signature"
     STEADY_STATE = "steady state"
     CHECK = "check"
     TIGHTEN = "tighten"
 
 
-BUDGET_KINDS = frozenset({Kind.OVER_BUDGET, Kind.NEW_SIGNATURE, Kind.TIGHTEN})
+BUDGET_KINDS = frozenset({Kind.OVER_BUDGET, Kind.NEW_ROOT, Kind.NEW_SIGNATURE, Kind.TIGHTEN})
 
 
 STEADY_STATE_CHECK = "steady state"  # the known_check that holds a STEADY_STATE problem
@@ -108,8 +112,6 @@ def observed(result: AuditResult) -> Observed:
 
 def _over_budget(result: AuditResult, budget: Budget, over: list[str], where: str) -> Problem:
     section = [f"over budget ({where}): " + "; ".join(over)]
-    if result.graph_break_count > budget.graph_breaks:
-        section += ["graph breaks:", *(f"  {line}" for line in result.describe_breaks())]
     if result.ddp_split_count > budget.ddp_splits:
         section.append("ddp splits (DDPOptimizer, at gradient bucket boundaries; not graph breaks):")
         section += [f"  [{phase}] {split.describe()}" for phase, split in result.ddp_splits]
@@ -125,20 +127,27 @@ def _over_budget(result: AuditResult, budget: Budget, over: list[str], where: st
     return Problem(Kind.OVER_BUDGET, "\n".join(section))
 
 
-def _new_signatures(result: AuditResult, budget: Budget, where: str) -> Problem | None:
+def _new_signatures(result: AuditResult, budget: Budget, where: str) -> list[Problem]:
+    """A root or unexpected recompile the entry does not list. A root named by torch's graph-break id fails on any
+    versions (the id does not change with upstream's wording); one named by Dynamo's text, and a recompile's guard
+    text, are judged like the ratchet (``NEW_SIGNATURE``)."""
     if not budget.recorded:  # no entry: the default budget allows no break and no unexpected recompile
-        return None
-    lines = []
-    for signature, brk in result.break_signatures.items():
+        return []
+    by_id, worded = [], []
+    for signature, root in result.break_signatures.items():
         if signature not in budget.break_signatures:
-            lines.append(f"  new graph break {signature!r} at {brk.location}: {brk.reason}")
+            line = f"  new graph break {signature!r} at {root.location}: {root.reason}"
+            (by_id if is_graph_break_id(root.kind) else worded).append(line)
     for signature, recompile in result.recompile_signatures.items():
         if signature not in budget.recompile_signatures:
-            lines.append(f"  new unexpected recompile {signature!r}: {recompile.describe()}")
-    if not lines:
-        return None
+            worded.append(f"  new unexpected recompile {signature!r}: {recompile.describe()}")
     head = f"not in the budget ({where}), though the counts may be within it:"
-    return Problem(Kind.NEW_SIGNATURE, "\n".join([head, *lines]))
+    problems = []
+    if by_id:
+        problems.append(Problem(Kind.NEW_ROOT, "\n".join([head, *by_id])))
+    if worded:
+        problems.append(Problem(Kind.NEW_SIGNATURE, "\n".join([head, *worded])))
+    return problems
 
 
 def _tighten(result: AuditResult, budget: Budget, under: list[str], where: str) -> Problem | None:
@@ -202,7 +211,13 @@ def _known_failure_named(budget: Budget) -> str:
 
 
 def _judge_known_failure(
-    case_id: str, result: AuditResult, budget: Budget, problems: list[Problem], where: str, warnings: tuple[str, ...]
+    case_id: str,
+    result: AuditResult,
+    budget: Budget,
+    problems: list[Problem],
+    where: str,
+    warnings: tuple[str, ...],
+    versions_note: str = "",
 ) -> Verdict:
     held = [p for p in problems if holds(budget, p)]
     others = [p for p in problems if p not in held]
@@ -222,19 +237,31 @@ def _judge_known_failure(
         status = f"the known failure ({named}) still holds, and it holds nothing else; these problems are new:"
     else:
         status = f"the known failure it records ({named}) did not occur; these problems did:"
-    message = "\n".join([headline(case_id, result, budget), status, *(f"- {p.text}" for p in others)])
+    message = "\n".join([*_leading(case_id, result, budget, versions_note), status, *(f"- {p.text}" for p in others)])
     return Verdict("failed", message, tuple(problems), warnings, held=tuple(held))
 
 
-def headline(case_id: str, result: AuditResult, budget: Budget) -> str:
+def headline(case_id: str, result: AuditResult, budget: Budget, versions_note: str = "") -> str:
     seen = observed(result)
     expected_allowed = "any" if budget.recompiles is None else budget.recompiles - budget.unexpected_recompiles
     splits = f", ddp splits {seen.ddp_splits}/{budget.ddp_splits}" if seen.ddp_splits or budget.ddp_splits else ""
+    consequences = sum(root.consequences for root in result.roots)
+    echoes = f" ({consequences} consequences below their roots)" if consequences else ""
+    versions = f"; {versions_note}" if versions_note else ""
     return (
-        f"{case_id}: graph breaks {seen.graph_breaks}/{budget.graph_breaks}{splits}, "
+        f"{case_id}: graph breaks (roots) {seen.graph_breaks}/{budget.graph_breaks}{splits}, "
         f"unexpected recompiles {seen.unexpected_recompiles}/{budget.unexpected_recompiles}, "
-        f"expected {seen.recompiles - seen.unexpected_recompiles}/{expected_allowed}"
+        f"expected {seen.recompiles - seen.unexpected_recompiles}/{expected_allowed}{echoes}{versions}"
     )
+
+
+def _leading(case_id: str, result: AuditResult, budget: Budget, versions_note: str) -> list[str]:
+    """The first lines of a failure: the headline, then each root with its source line and its consequences."""
+    lines = [headline(case_id, result, budget, versions_note)]
+    roots = result.describe_breaks()
+    if roots:
+        lines += ["roots (where Dynamo stopped; fix these):", *(f"  {line}" for line in roots)]
+    return lines
 
 
 def judge(
@@ -245,18 +272,20 @@ def judge(
     checks: Sequence[str | tuple[str, str]] = (),
     where: str = "budgets file",
     on_recorded_versions: bool = True,
+    versions_note: str = "",
     updating: bool = False,
 ) -> Verdict:
     """The case's verdict. ``checks``: the scenario's own failed checks, each a text or (check name, text);
     ``where``: the budget entry's
     ``file:line`` (or why the default applies); ``on_recorded_versions``: the installed versions equal those the
-    budget was recorded with (else the ratchet and new signatures warn)."""
+    budget was recorded with (else the ratchet and new signatures warn); ``versions_note``: which of them differ,
+    for the headline."""
     counts = compare(observed(result), budget)
     limit = _recompile_limit(result)
     candidates = [
         limit,
         _over_budget(result, budget, counts.over, where) if counts.over else None,
-        _new_signatures(result, budget, where),
+        *_new_signatures(result, budget, where),
         _steady_state(result),
         *(_check(check) for check in checks),
         None if limit else _tighten(result, budget, counts.under, where),
@@ -268,8 +297,8 @@ def judge(
         warnings = [f"{p.text} (recorded on other versions)" for p in problems if p.kind in warned]
         problems = [p for p in problems if p.kind not in warned]
     if budget.known:
-        return _judge_known_failure(case_id, result, budget, problems, where, tuple(warnings))
+        return _judge_known_failure(case_id, result, budget, problems, where, tuple(warnings), versions_note)
     if not problems:
         return Verdict("passed", "", (), tuple(warnings))
-    message = "\n".join([headline(case_id, result, budget), *(f"- {p.text}" for p in problems)])
+    message = "\n".join([*_leading(case_id, result, budget, versions_note), *(f"- {p.text}" for p in problems)])
     return Verdict("failed", message, tuple(problems), tuple(warnings))

@@ -62,7 +62,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("compile_budgets", "budgets file, relative to the rootdir", default=DEFAULT_BUDGETS)
     parser.addini(
         "compile_footprint_packages",
-        "top-level packages whose functions each case's footprint records (compile_audit.footprint)",
+        "top-level packages of the code under test: what each case's footprint records (compile_audit.footprint),"
+        " and the frame a root outside them names (compile_audit.roots)",
         type="linelist",
         default=["peft"],
     )
@@ -305,6 +306,7 @@ def _judge(item: pytest.Item, audit: CaseAudit, leaked: list[str]) -> None:
     verdict = audit.verdict(
         where=session.where(audit.case_id),
         on_recorded_versions=session.on_recorded_versions(case.tier, audit.case_id),
+        versions_note=session.versions_note(case.tier, audit.case_id),
         updating=session.updating,
     )
     item.stash[PROBLEMS] = [
@@ -339,7 +341,12 @@ def report_fields(case: Any) -> dict[str, Any]:
 def case_audit(request: pytest.FixtureRequest, case: Any):
     """A CaseAudit for the case; judged when the test body returns; its record goes into the report."""
     session = gate_session(request.config)
-    audit = CaseAudit(case.id, session.budget_file.budget_for(case.id), backend=case.backend)
+    audit = CaseAudit(
+        case.id,
+        session.budget_file.budget_for(case.id),
+        backend=case.backend,
+        under_test=tuple(request.config.getini("compile_footprint_packages")),
+    )
     request.node.stash[AUDIT] = audit
     torch.manual_seed(0)
     started = time.perf_counter()

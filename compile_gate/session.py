@@ -49,6 +49,11 @@ class GateSession:
         and the budget's signatures fail the case; elsewhere they warn."""
         return self.budget_file.versions_match(tier, gated(self.versions), case_id)
 
+    def versions_note(self, tier: str, case_id: str | None = None) -> str:
+        """Which installed versions differ from those the case's budget was recorded with ("" when none do)."""
+        differ = self.budget_file.version_differences(tier, gated(self.versions), case_id)
+        return f"on other versions than the budget's: {', '.join(differ)}" if differ else ""
+
     def ingest(self, report: pytest.TestReport) -> None:
         """Take what a test report carries: its outcome, and the record, figures or budget proposal it holds."""
         if report.when == "call" or (report.when in ("setup", "teardown") and not report.passed):

@@ -101,8 +101,24 @@ def test_beaten_budget_asks_to_tighten():
     assert verdict.status == "passed" and "tighten the budget" in verdict.warnings[0]
 
 
-def test_a_new_signature_fails_on_the_recorded_versions_and_warns_on_others():
-    """Upstream rewords breaks between releases: on other versions the counts bind, the signatures warn."""
+def test_a_new_root_named_by_its_graph_break_id_fails_on_any_versions():
+    """A graph-break id does not change with upstream's wording: a root the budget does not list fails everywhere."""
+    other = "tests/selftest/toys.py in forward: gb0000"
+    budget = Budget(graph_breaks=1, note="the toy's branch", break_signatures=(other,), line=3, recorded=True)
+    audit = CaseAudit("toy/branch/forward", budget)
+    audit.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
+    (root,) = audit.result.roots
+    assert root.kind.startswith("gb") and root.identity == f"tests/selftest/toys.py in forward: {root.kind}"
+    for on_recorded_versions in (True, False):
+        verdict = audit.verdict(on_recorded_versions=on_recorded_versions)
+        assert verdict.status == "failed" and Kind.NEW_ROOT in {p.kind for p in verdict.problems}
+        assert f"new graph break {root.identity!r}" in verdict.message
+
+
+def test_a_new_signature_in_upstream_words_fails_on_the_recorded_versions_and_warns_on_others(monkeypatch):
+    """A root without a graph-break id (a torch without the registry) is named by Dynamo's headline, which upstream
+    rewords between releases: on other versions the counts bind, the signature warns."""
+    monkeypatch.setattr("compile_audit.graph_breaks.graph_break_id", lambda reason: "")
     other = "tests/selftest/toys.py in forward: a reason worded by another torch"
     budget = Budget(graph_breaks=1, note="the toy's branch", break_signatures=(other,), line=3, recorded=True)
     audit = CaseAudit("toy/branch/forward", budget)
@@ -114,8 +130,9 @@ def test_a_new_signature_fails_on_the_recorded_versions_and_warns_on_others():
     assert any("new graph break" in w and "recorded on other versions" in w for w in verdict.warnings)
     over = CaseAudit("toy/branch/forward", Budget(note="none allowed", line=3, recorded=True))
     over.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
-    verdict = over.verdict(on_recorded_versions=False)
+    verdict = over.verdict(on_recorded_versions=False, versions_note="on other versions than the budget's: torch 9")
     assert verdict.status == "failed" and "graph breaks: 1 > budget 0" in verdict.message
+    assert verdict.message.splitlines()[0].endswith("; on other versions than the budget's: torch 9")
 
 
 def test_compare_over_and_under():

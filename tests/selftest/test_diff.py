@@ -223,8 +223,8 @@ def test_chart_is_a_mermaid_xychart_of_changed_cases(tmp_path, capsys):
         (None, "cannot read the report"),
         ("{not json", "cannot read the report"),
         ('{"schema": "something-else/1", "cases": []}', "not a compile report"),
-        (json.dumps({"schema": "compile-audit-report/1", "cases": {}}), "'cases' is not a list"),
-        (json.dumps({"schema": "compile-audit-report/1", "cases": [{"status": "passed"}]}), "case #0"),
+        (json.dumps({"schema": "compile-audit-report/2", "cases": {}}), "'cases' is not a list"),
+        (json.dumps({"schema": "compile-audit-report/2", "cases": [{"status": "passed"}]}), "case #0"),
     ],
 )
 def test_bad_input_exits_2_naming_the_file(tmp_path, capsys, content, expected):

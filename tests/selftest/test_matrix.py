@@ -158,7 +158,7 @@ def test_runs_as_a_module_without_torch(tmp_path):
     [
         (None, "cannot read the report"),
         ('{"schema": "compile-audit-report/0", "cases": []}', "not a compile report"),
-        ('{"schema": "compile-audit-report/1", "cases": [{"id": "x", "status": "passed"}]}', "model, method, scenario"),
+        ('{"schema": "compile-audit-report/2", "cases": [{"id": "x", "status": "passed"}]}', "model, method, scenario"),
     ],
 )
 def test_bad_input_exits_2_naming_the_file(tmp_path, capsys, content, expected):

@@ -38,7 +38,7 @@ ONE_CASE = Selection(
 
 
 def report(*cases: dict) -> dict:
-    return {"schema": "compile-audit-report/1", "versions": {}, "cases": list(cases)}
+    return {"schema": "compile-audit-report/2", "versions": {}, "cases": list(cases)}
 
 
 class FakeShell:

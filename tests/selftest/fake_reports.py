@@ -27,6 +27,22 @@ def brk(location: str, reason: str, source: str = "", occurrences: int = 1) -> d
     return {"reason": reason, "location": location, "source": source, "occurrences": occurrences}
 
 
+def root_of(brk: dict[str, Any]) -> dict[str, Any]:
+    """The root record (compile_audit.roots) of a hand-written break: where Dynamo stopped, with no consequences."""
+    file = brk["location"].rsplit(":", 1)[0]
+    return {
+        "identity": f"{file} in forward: {brk['reason'].split(':', 1)[0]}",
+        "location": brk["location"],
+        "function": "forward",
+        "reason": brk["reason"],
+        "source": brk["source"],
+        "via": "",
+        "hits": brk["occurrences"],
+        "phases": ["train-1"],
+        "consequences": {},
+    }
+
+
 def recompile(phase: str, reason: str, expected: bool, frame: str = "forward at peft/peft_model.py:1801") -> dict:
     compile_id = reason.split(":", 1)[0]
     return {
@@ -86,7 +102,7 @@ def case(
         "wall_seconds": 4.2 if audited else 0.0,
         "status": status,
         "message": message,
-        "graph_breaks": {"count": count, "budget": break_budget, "calls": calls},
+        "graph_breaks": {"count": count, "budget": break_budget, "roots": [root_of(b) for b in breaks], "calls": calls},
         "recompiles": {
             "count": len(recompiles),
             "unexpected": sum(not r["expected"] for r in recompiles),

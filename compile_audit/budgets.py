@@ -97,7 +97,7 @@ class Budget:
     known_raises: str = ""  # the type of the exception the case raises (its name, as type(exc).__name__)
     known_recompile_limit: tuple[str, ...] = ()  # the functions whose frames hit Dynamo's recompile limit
     known_check: tuple[str, ...] = ()  # the names of the failed checks: "steady state", or a scenario's check name
-    break_signatures: tuple[str, ...] = ()  # break signatures allowed (GraphBreak.signature)
+    break_signatures: tuple[str, ...] = ()  # root identities allowed (compile_audit.roots)
     recompile_signatures: tuple[str, ...] = ()  # unexpected-recompile signatures allowed (Recompile.signature)
     ddp_splits: int = 0  # graph splits DDPOptimizer makes at DDP bucket boundaries (compile_audit.ddp_splits)
     # The versions this entry was recorded with, when they differ from the file's [versions.<tier>] (a partial

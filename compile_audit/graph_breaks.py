@@ -11,7 +11,6 @@ import torch._dynamo
 
 from compile_audit.dynamic import dynamic_shapes
 from compile_audit.locations import location
-from compile_audit.normalize import normalize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,14 +36,6 @@ class GraphBreak:
         eagerly, ``Frame run eagerly (<headline>)``."""
         headline = self.reason.split(": ", 1)[0]
         return f"Frame run eagerly ({headline})" if self.eager_function else headline
-
-    @property
-    def signature(self) -> str:
-        """Identity that survives moved lines: file, function and kind of reason.
-
-        A budget records the signatures it allows, so a new break fails even when the count stays the same.
-        """
-        return f"{self.location.rsplit(':', 1)[0]} in {normalize(self.function)}: {self.kind}"
 
 
 @dataclasses.dataclass
@@ -72,7 +63,6 @@ class GraphBreakReport:
                     "location": b.location,
                     "source": b.source,
                     "function": b.function,
-                    "signature": b.signature,
                     "occurrences": n,
                     **({"eager_function": b.eager_function} if b.eager_function else {}),
                     **({"graph_break_id": b.graph_break_id} if b.graph_break_id else {}),

@@ -74,9 +74,9 @@ def test_planted_graph_breaks_fail_naming_case_change_and_location(tmp_path, cap
     code, out, _ = _run(tmp_path, fake.base_cases(), head, head_versions={"peft": "0.22.0.dev0"}, capsys=capsys)
     assert code == 1
     regressions = "\n".join(_section(out, "Regressions"))
-    assert f"**{LORA}**: status passed -> failed; graph breaks 0 -> 3 (+3), first at" in regressions
+    assert f"**{LORA}**: status passed -> failed; graph breaks (roots) 0 -> 3 (+3), first at" in regressions
     assert "`peft/tuners/lora/layer.py:712`: Data-dependent branching" in regressions
-    assert "new break at `peft/tuners/lora/layer.py:712` (train-1, x3)" in regressions
+    assert "new root at `peft/tuners/lora/layer.py:712` (train-1, x3)" in regressions
     assert "`if self.training:`" in regressions
     assert "(differs: peft)" in out
     assert "no changes" not in out
@@ -103,17 +103,38 @@ def test_unexpected_recompile_regression_lists_only_the_new_reason(tmp_path, cap
     assert "size mismatch at index 1" in new[0]
 
 
+def test_the_diff_opens_with_each_new_root_once_with_the_cases_it_made_worse(tmp_path, capsys):
+    """peft#3558 undone made 21 cases worse with one line: the diff names that root once, then the cases."""
+    expected_eval = fake.recompile("eval-1", fake.EVAL_RECOMPILE, expected=True)
+    root = fake.brk("peft/peft_model.py:1915", "Unsupported method call: warn", "return_dict = self.config.x", 1)
+    ia3 = fake.case(IA3, "failed", breaks=[root], recompiles=[expected_eval])
+    head = _head_with(**{LORA: _lora_with_breaks(), IA3: ia3})
+    lora_root = dict(_lora_with_breaks()["graph_breaks"]["roots"][0])
+    head_lora = next(c for c in head if c["id"] == LORA)
+    head_lora["graph_breaks"]["roots"].append(fake.root_of(root))
+    code, out, _ = _run(tmp_path, fake.base_cases(), head, capsys=capsys)
+    assert code == 1
+    roots = _section(out, "New roots")
+    assert roots[0] == "### New roots (2): where Dynamo now stops, the places to fix"
+    assert roots[2].startswith("- `peft/peft_model.py:1915` (train-1): Unsupported method call")
+    assert roots[3].startswith(f"  - identity `{fake.root_of(root)['identity']}`; in 2 worse case(s): ")
+    assert IA3 in roots[3] and LORA in roots[3]
+    assert roots[4].startswith(f"- `{lora_root['location']}`")
+    assert out.index("### New roots") < out.index("### Regressions")
+
+
 def test_moved_break_is_not_new_and_more_of_the_same_is_counted(tmp_path, capsys):
     loha = copy.deepcopy(_by_id(fake.base_cases())[LOHA])
     # The PR moved LoHa's break down 4 lines and hit it twice more: same break, more occurrences.
     moved = fake.brk("peft/tuners/loha/layer.py:245", fake.LOHA_REASON, fake.LOHA_SOURCE, occurrences=8)
-    loha["graph_breaks"].update(count=8, calls=[{"call": "train-1", "count": 8, "graph_count": 20, "breaks": [moved]}])
+    calls = [{"call": "train-1", "count": 8, "graph_count": 20, "breaks": [moved]}]
+    loha["graph_breaks"].update(count=8, calls=calls, roots=[fake.root_of(moved)])
     code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{LOHA: loha}), capsys=capsys)
     assert code == 1
     lines = _section(out, "Regressions")
-    assert lines[2] == f"- **{LOHA}**: graph breaks 6 -> 8 (+2)"  # no "first at": nothing new
-    assert lines[3].startswith("  - +2 more break at `peft/tuners/loha/layer.py:245` (train-1, x8)")
-    assert not any("new break" in line for line in lines)
+    assert lines[2] == f"- **{LOHA}**: graph breaks (roots) 6 -> 8 (+2)"  # no "first at": nothing new
+    assert lines[3].startswith("  - +2 hits of root at `peft/tuners/loha/layer.py:245` (train-1, x8)")
+    assert not any("new root" in line for line in lines)
 
 
 def test_improvements_pass_and_regressions_come_first_worst_first(tmp_path, capsys):
@@ -123,7 +144,7 @@ def test_improvements_pass_and_regressions_come_first_worst_first(tmp_path, caps
     )
     code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{LOHA: loha_fixed}), capsys=capsys)
     assert code == 0
-    assert f"- **{LOHA}**: status failed -> passed; graph breaks 6 -> 0 (-6)" in _section(out, "Improvements")[2]
+    assert f"- **{LOHA}**: status failed -> passed; graph breaks (roots) 6 -> 0 (-6)" in _section(out, "Improvements")[2]
     assert "### Regressions" not in out
 
     head = _head_with(**{LOHA: loha_fixed, LORA: _lora_with_breaks(occurrences=5), IA3: ia3})

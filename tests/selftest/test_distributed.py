@@ -121,7 +121,7 @@ def test_ddp_splits_are_counted_apart_from_graph_breaks(tmp_path):
     assert [p.graphs_compiled for p in result.phases] == [1, 1]
     verdict = judge("toy/ddp/train", result, Budget())
     assert verdict.status == "failed"
-    assert "toy/ddp/train: graph breaks 0/0, ddp splits 2/0," in verdict.message
+    assert "toy/ddp/train: graph breaks (roots) 0/0, ddp splits 2/0," in verdict.message
     assert "ddp splits: 2 > budget 0" in verdict.message
     assert "[rank1/train-1] 1 graph split into 2 pieces at DDP bucket boundaries" in verdict.message
     budget = Budget(ddp_splits=2, note="DDPOptimizer", recorded=True)
@@ -130,11 +130,12 @@ def test_ddp_splits_are_counted_apart_from_graph_breaks(tmp_path):
 
 def test_a_graph_break_under_ddp_is_still_a_break_at_its_line(tmp_path):
     result = _merged(tmp_path, planted_break=True)
-    assert result.graph_break_count == 2  # one per rank
+    assert result.break_records == 2  # one per rank
     assert {b.location for r in result.graph_breaks for b in r.breaks} == {toys.planted_line("ddp-break")}
+    (root,) = result.roots  # one place Dynamo stopped, hit on both ranks
+    assert result.graph_break_count == 1 and root.hits == 2
     message = judge("toy/ddp/train", result, Budget()).message
-    assert f"{toys.planted_line('ddp-break')} [rank0/train-1]" in message
-    assert f"{toys.planted_line('ddp-break')} [rank1/train-1]" in message
+    assert f"{toys.planted_line('ddp-break')} in forward [rank0/train-1, rank1/train-1 x2]" in message
 
 
 def test_an_audit_result_survives_the_trip_from_a_rank_whole():

@@ -41,15 +41,17 @@ def test_over_budget_message_names_reason_and_location():
     verdict = audit.verdict()
     assert verdict.status == "failed" and [p.kind for p in verdict.problems] == [Kind.OVER_BUDGET]
     message = verdict.message
-    assert "toy/branch/forward: graph breaks 1/0" in message
+    assert "toy/branch/forward: graph breaks (roots) 1/0" in message
     assert "graph breaks: 1 > budget 0" in message
     assert toys.planted_line("branch") in message
     assert "if y.sum() > 0:" in message
 
 
 def _branch_signature() -> str:
-    (brk,) = find_graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward").breaks
-    return brk.signature
+    audit = CaseAudit("toy/branch/forward", Budget())
+    audit.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
+    (root,) = audit.result.roots
+    return root.identity
 
 
 def test_break_within_budget_passes():
@@ -59,9 +61,9 @@ def test_break_within_budget_passes():
     assert audit.verdict().status == "passed"
 
 
-def test_signature_names_file_function_and_reason_kind_without_the_line():
+def test_signature_names_file_function_and_graph_break_id_without_the_line():
     signature = _branch_signature()
-    assert signature == "tests/selftest/toys.py in forward: Data-dependent branching", signature
+    assert signature == "tests/selftest/toys.py in forward: gb0170", signature  # Data-dependent branching
 
 
 def test_new_break_within_the_count_fails_with_its_location():
@@ -72,7 +74,7 @@ def test_new_break_within_the_count_fails_with_its_location():
     verdict = audit.verdict(where="budgets.toml:3")
     assert verdict.status == "failed"
     kinds = [p.kind for p in verdict.problems]
-    assert kinds == [Kind.NEW_SIGNATURE, Kind.TIGHTEN], kinds  # the allowed one vanished: tighten too
+    assert kinds == [Kind.NEW_ROOT, Kind.TIGHTEN], kinds  # the allowed one vanished: tighten too
     assert "not in the budget (budgets.toml:3)" in verdict.message
     assert f"new graph break {_branch_signature()!r} at {toys.planted_line('branch')}" in verdict.message
     assert "Data-dependent branching" in verdict.message
@@ -92,8 +94,9 @@ def test_one_line_reason_keeps_headline_and_explanation():
     assert one_line_reason(reason) == "Unsupported method call: Dynamo cannot trace `str.startswith`"
 
 
-def test_a_frame_dynamo_runs_eagerly_is_a_graph_break_named_at_its_line():
-    """peft#3558: the whole forward ran eagerly and no graph told of it; the count read 0."""
+def test_a_frame_dynamo_runs_eagerly_counts_its_root_and_lists_the_frame_under_it():
+    """peft#3558: the whole forward ran eagerly and no graph told of it; the count read 0. The break is where
+    Dynamo stopped (in the attribute's getter); forward, run eagerly because of it, is its consequence."""
     audit = CaseAudit("toy/eager-frame/forward", Budget())
     compiled = audit.compile(toys.RunsEagerlyAfterAttributeBreak())
     with audit.phase("call-1", "train"):
@@ -107,15 +110,16 @@ def test_a_frame_dynamo_runs_eagerly_is_a_graph_break_named_at_its_line():
     assert brk.location == toys.planted_line("eager-frame")
     assert brk.eager_function.startswith("forward at tests/selftest/toys.py:")
     assert brk.graph_break_id == "gb0025"
-    assert toys.planted_line("inner-break") in brk.reason
-    assert (
-        brk.signature == "tests/selftest/toys.py in forward: Frame run eagerly (Call to `torch._dynamo.graph_break()`)"
-    )
+    assert brk.stopped_at == toys.planted_line("inner-break")
+    (root,) = result.roots
+    assert result.graph_break_count == 1
+    assert root.location == toys.planted_line("inner-break") and root.eager_frames == [brk]
+    assert root.identity.startswith("tests/selftest/toys.py in ") and root.identity.endswith(": gb0025")
     verdict = audit.verdict()
     assert verdict.status == "failed"
-    assert "graph breaks: " in verdict.message and f"{toys.planted_line('eager-frame')} [call-1]" in verdict.message
-    assert "Dynamo ran forward at tests/selftest/toys.py:" in verdict.message
-    assert result.to_dict()["graph_breaks"]["signatures"][0] == brk.signature
+    assert f"{toys.planted_line('inner-break')} in " in verdict.message
+    assert "so Dynamo ran 1 enclosing frame(s) eagerly: forward at tests/selftest/toys.py:" in verdict.message
+    assert result.to_dict()["graph_breaks"]["signatures"] == [root.identity]
 
 
 def test_compile_work_per_phase_counts_operations_and_guards():

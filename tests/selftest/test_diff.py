@@ -144,7 +144,8 @@ def test_improvements_pass_and_regressions_come_first_worst_first(tmp_path, caps
     )
     code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{LOHA: loha_fixed}), capsys=capsys)
     assert code == 0
-    assert f"- **{LOHA}**: status failed -> passed; graph breaks (roots) 6 -> 0 (-6)" in _section(out, "Improvements")[2]
+    improvement = _section(out, "Improvements")[2]
+    assert f"- **{LOHA}**: status failed -> passed; graph breaks (roots) 6 -> 0 (-6)" in improvement
     assert "### Regressions" not in out
 
     head = _head_with(**{LOHA: loha_fixed, LORA: _lora_with_breaks(occurrences=5), IA3: ia3})

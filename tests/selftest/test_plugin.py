@@ -231,7 +231,11 @@ def test_runxfail_shows_every_known_failure_as_the_failure_it_is(toy_zoo: pytest
     result.assert_outcomes(failed=2, deselected=2)
     result.stdout.fnmatch_lines(["FAILED test_crash.py::test_crash[[]clean/plain/forward[]] - RuntimeError: absmax*"])
     result.stdout.fnmatch_lines(
-        ["breaks/plain/forward: graph breaks (roots) 1/0*", "*did not occur*", "*- over budget*graph breaks: 1 > budget 0*"]
+        [
+            "breaks/plain/forward: graph breaks (roots) 1/0*",
+            "*did not occur*",
+            "*- over budget*graph breaks: 1 > budget 0*",
+        ]
     )
 
 

@@ -11,8 +11,8 @@ caller). Those are the root's **consequences**: reported under it, counted, neve
 - A frame Dynamo gives up on at its own line is its own root, unless Dynamo compiled it only because a frame that
   called it had been handed back to Python by a root: then it is that root's consequence.
 - A recompile of a frame compiled only because a caller was handed back to Python is a consequence of that
-  caller's root; so is a recompile-limit hit on such a frame, unless the guard that kept failing was installed by
-  the code under test (then it stays a failure of its own).
+  caller's root; so is a recompile-limit hit on such a frame, unless the frame belongs to the code under test or
+  the guard that kept failing was installed by it (then it stays a failure of its own).
 - Nothing is a consequence of nothing: where no root explains a nested compile, it is judged on its own.
 """
 
@@ -218,6 +218,12 @@ class _Attributor:
                 return root
         return None
 
+    def _under_test_state(self, hit: RecompileLimitHit) -> bool:
+        """A limit hit that stays a failure of its own: on a frame of the code under test, or on a guard it
+        installed (its own state keeps changing, whatever made the frame a compile target)."""
+        frame_file = hit.frame.partition(" at ")[2]
+        return _top_package(frame_file) in self.under_test or _guard_under_test(hit.last_guard, self.under_test)
+
     def attribute(self) -> Attribution:
         # Pass 1: the breaks where Dynamo stopped, then the frames run eagerly because of a break below them.
         own_line: list[tuple[str, GraphBreak]] = []
@@ -264,7 +270,7 @@ class _Attributor:
                     consequence_frames.setdefault(normalize(recompile.frame), owner)
             for hit in phase.limit_hits:
                 owner = consequence_frames.get(normalize(hit.frame))
-                if owner is None or _guard_under_test(hit.last_guard, self.under_test):
+                if owner is None or self._under_test_state(hit):
                     result.limit_hits.append(hit)
                 else:
                     owner.limit_hits.append(hit)

@@ -190,6 +190,17 @@ def test_a_limit_hit_on_a_guard_the_code_under_test_installed_stays_a_failure_of
     assert [h.frame for h in found.limit_hits] == [HELPER]
 
 
+def test_a_limit_hit_on_a_frame_of_the_code_under_test_stays_a_failure_of_its_own():
+    """Cartridge's embedding recompiles on every call (a class per call): its frame is PEFT's, whatever called it."""
+    phase = _phase(limit_guard="(not given)")
+    hit = RecompileLimitHit("train-1", "weight at pkg/layer.py:40", "recompile_limit (8)", "(not given)")
+    phase.recompiles.append(Recompile("train-1", hit.frame, "4/1", (), expected=False))
+    phase.callers["4/1"] = [[ENTRY, "pkg/model.py:17 in forward"]]
+    phase.limit_hits = [hit]
+    found = attribute([phase], under_test=("pkg",))
+    assert found.limit_hits == [hit] and not found.roots[0].limit_hits
+
+
 def test_nothing_is_a_consequence_of_nothing():
     """A nested compile no root explains (its caller ran no break) is judged on its own."""
     phase = _phase()

@@ -43,14 +43,20 @@ def _mode_for(path: Path) -> int:
 
 @contextlib.contextmanager
 def exclusive(path: str | Path) -> Iterator[None]:
-    """Hold an exclusive lock beside ``path`` (``.<name>.lock``) across a read-modify-write of it, so that
-    concurrent runs on one machine (the shards of one selection) each add their part instead of the last writer
-    winning."""
+    """Hold an exclusive lock across a read-modify-write of ``path``, so that concurrent runs on one machine (the
+    shards of one selection) each add their part instead of the last writer winning.
+
+    The lock is taken on the folder that holds ``path``: ``path`` itself is replaced by a rename (a lock on it would
+    stay with the old file), and a lock file beside it would be left behind, since removing it races with a run
+    that waits on it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(folder, fcntl.LOCK_UN)
+    finally:
+        os.close(folder)

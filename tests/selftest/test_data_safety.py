@@ -72,6 +72,30 @@ def test_a_rewritten_file_keeps_its_mode_and_a_new_one_gets_the_umasks(tmp_path)
     assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o644
 
 
+def test_the_lock_excludes_a_second_writer_and_leaves_no_file_behind(tmp_path):
+    """Shards of one selection update the budgets file in turn; nothing is left beside it afterwards."""
+    import multiprocessing
+
+    target = tmp_path / "budgets.toml"
+    target.write_text(ORIGINAL)
+    context = multiprocessing.get_context("fork")
+    with files.exclusive(target):
+        waiting = context.Process(target=_lock_and_write, args=(target,))
+        waiting.start()
+        waiting.join(timeout=1.0)
+        assert waiting.is_alive(), "a second writer took the lock while the first held it"
+        files.write_text_atomic(target, ORIGINAL + "# first\n")
+    waiting.join(timeout=30)
+    assert waiting.exitcode == 0
+    assert target.read_text().endswith("# first\n# second\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["budgets.toml"]
+
+
+def _lock_and_write(target: Path) -> None:
+    with files.exclusive(target):
+        files.write_text_atomic(target, target.read_text() + "# second\n")
+
+
 def _pytest(*args, cwd=REPO_ROOT):
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", *args],

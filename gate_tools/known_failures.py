@@ -26,6 +26,7 @@ from compile_audit.budgets import PROPOSED_REASON, Budget, BudgetFile, BudgetFil
 from compile_audit.files import exclusive
 from compile_audit.normalize import normalize, without_ids
 from compile_audit.report import read_cases
+from compile_audit.verdict import BUDGET_KINDS as VERDICT_BUDGET_KINDS
 from compile_audit.verdict import limit_frame
 from gate_tools import checkout
 from gate_tools.stable_text import stable
@@ -78,7 +79,7 @@ def reason_for(case: dict) -> str | None:
     return limit_reason(case) or error_reason(case) or check_reason(case)
 
 
-BUDGET_KINDS = ("over budget", "new signature", "tighten")
+BUDGET_KINDS = frozenset(kind.value for kind in VERDICT_BUDGET_KINDS)  # the verdict's, by the report's names
 
 
 def held_by(case: dict) -> dict[str, str | tuple[str, ...]] | None:

@@ -11,8 +11,10 @@ caller). Those are the root's **consequences**: reported under it, counted, neve
 - A frame Dynamo gives up on at its own line is its own root, unless Dynamo compiled it only because a frame that
   called it had been handed back to Python by a root: then it is that root's consequence.
 - A recompile of a frame compiled only because a caller was handed back to Python is a consequence of that
-  caller's root; so is a recompile-limit hit on such a frame, unless the frame belongs to the code under test or
-  the guard that kept failing was installed by it (then it stays a failure of its own).
+  caller's root, unless a guard that failed was installed by the code under test (its state changed, and that
+  recompiles a frame whatever made it a compile target). So is a recompile-limit hit on such a frame, unless the
+  frame belongs to the code under test or the guard that kept failing was installed by it (then it stays a failure
+  of its own).
 - Nothing is a consequence of nothing: where no root explains a nested compile, it is judged on its own.
 """
 
@@ -218,6 +220,13 @@ class _Attributor:
                 return root
         return None
 
+    def _guarded_by_code_under_test(self, recompile: Recompile) -> bool:
+        """A recompile on a guard the code under test installed (PEFT's merged flag, its active adapter): its state
+        changed, which recompiles a frame whether or not a root made that frame a compile target."""
+        return any(
+            failure.location and _top_package(failure.location) in self.under_test for failure in recompile.failures
+        )
+
     def _under_test_state(self, hit: RecompileLimitHit) -> bool:
         """A limit hit that stays a failure of its own: on a frame of the code under test, or on a guard it
         installed (its own state keeps changing, whatever made the frame a compile target)."""
@@ -262,7 +271,11 @@ class _Attributor:
         consequence_frames: dict[str, Root] = {}
         for phase in self.phases:
             for recompile in phase.recompiles:
-                owner = self._nested_owner(compile_id_of(recompile.compile_id))
+                owner = (
+                    None
+                    if self._guarded_by_code_under_test(recompile)
+                    else self._nested_owner(compile_id_of(recompile.compile_id))
+                )
                 if owner is None:
                     result.recompiles.append(recompile)
                 else:

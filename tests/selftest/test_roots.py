@@ -185,6 +185,18 @@ def test_a_recompile_and_a_limit_hit_of_a_frame_compiled_because_of_a_root_are_i
     assert [h.frame for h in root.limit_hits] == [HELPER] and found.limit_hits == []
 
 
+def test_a_recompile_on_a_guard_the_code_under_test_installed_is_judged_on_its_own():
+    """IA3's merged flag changes on merge: PEFT's state, which recompiles the frame whatever made it a target."""
+    phase = _phase()
+    merged = GuardFailure("3/1", "not self.base_model.layers.0.merged_adapters", "pkg/model.py:11")
+    recompile = Recompile("train-1", HELPER, "3/2", (merged,), expected=False)
+    phase.recompiles.append(recompile)
+    phase.callers["3/2"] = [[ENTRY, "pkg/model.py:16 in forward"]]
+    found = attribute([phase], under_test=("pkg",))
+    assert found.recompiles == [recompile]
+    assert [r.compile_id for r in found.roots[0].recompiles] == ["3/1"]
+
+
 def test_a_limit_hit_on_a_guard_the_code_under_test_installed_stays_a_failure_of_its_own():
     found = attribute([_phase(limit_guard="3/7: not args (guard from pkg/layer.py:30)")], under_test=("pkg",))
     assert [h.frame for h in found.limit_hits] == [HELPER]

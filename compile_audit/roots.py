@@ -53,6 +53,10 @@ class Root:
     recompiles: list[Recompile] = dataclasses.field(default_factory=list)
     limit_hits: list[RecompileLimitHit] = dataclasses.field(default_factory=list)
 
+    def concerns(self, under_test: Sequence[str]) -> bool:
+        """Whether the code under test is on the root's stack: the break is in it, or reached from it."""
+        return bool(self.via) or _top_package(self.location) in under_test
+
     def seen_in(self, phase: str) -> None:
         if phase not in self.phases:
             self.phases.append(phase)

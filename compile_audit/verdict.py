@@ -5,8 +5,8 @@ Problems, in the order a failure message lists them:
 - ``RECOMPILE_LIMIT``: Dynamo gave up on a frame and runs it eagerly. Fails whatever the budget;
   only a ``known_failure`` holds it, and such a run never feeds the ratchet.
 - ``OVER_BUDGET``: more graph breaks / recompiles / unexpected recompiles / DDP splits than the budget allows.
-- ``NEW_ROOT``: a root (``compile_audit.roots``) named by torch's graph-break id that the budget does not list,
-  even within the counts; on any versions.
+- ``NEW_ROOT``: a root (``compile_audit.roots``) of the code under test, named by torch's graph-break id, that the
+  budget does not list, even within the counts; on any versions.
 - ``NEW_SIGNATURE``: a root named by Dynamo's wording, or an unexpected-recompile signature, that the budget does
   not list, even within the counts.
 - ``STEADY_STATE``: a phase compiled after the scenario's first full cycle.
@@ -128,16 +128,17 @@ def _over_budget(result: AuditResult, budget: Budget, over: list[str], where: st
 
 
 def _new_signatures(result: AuditResult, budget: Budget, where: str) -> list[Problem]:
-    """A root or unexpected recompile the entry does not list. A root named by torch's graph-break id fails on any
-    versions (the id does not change with upstream's wording); one named by Dynamo's text, and a recompile's guard
-    text, are judged like the ratchet (``NEW_SIGNATURE``)."""
+    """A root or unexpected recompile the entry does not list. A root of the code under test (in it, or reached from
+    it) named by torch's graph-break id fails on any versions: the id does not change with upstream's wording. One
+    named by Dynamo's text, one wholly upstream's (torch's FSDP wrapper, say, whose own code changes with torch), and
+    a recompile's guard text are judged like the ratchet (``NEW_SIGNATURE``)."""
     if not budget.recorded:  # no entry: the default budget allows no break and no unexpected recompile
         return []
     by_id, worded = [], []
     for signature, root in result.break_signatures.items():
         if signature not in budget.break_signatures:
             line = f"  new graph break {signature!r} at {root.location}: {root.reason}"
-            (by_id if is_graph_break_id(root.kind) else worded).append(line)
+            (by_id if is_graph_break_id(root.kind) and root.concerns(result.under_test) else worded).append(line)
     for signature, recompile in result.recompile_signatures.items():
         if signature not in budget.recompile_signatures:
             worded.append(f"  new unexpected recompile {signature!r}: {recompile.describe()}")

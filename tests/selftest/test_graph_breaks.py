@@ -69,7 +69,7 @@ def test_signature_names_file_function_and_graph_break_id_without_the_line():
 def test_new_break_within_the_count_fails_with_its_location():
     """A new break that replaces an allowed one keeps the count, and still fails: identity, not only counts."""
     budget = Budget(graph_breaks=1, note="planted", recorded=True, break_signatures=("peft/x.py in f: print",))
-    audit = CaseAudit("toy/branch/forward", budget)
+    audit = CaseAudit("toy/branch/forward", budget, under_test=("tests",))
     audit.graph_breaks(toys.BranchesOnData(), torch.randn(2, 4), call="forward")
     verdict = audit.verdict(where="budgets.toml:3")
     assert verdict.status == "failed"

@@ -121,18 +121,23 @@ def compile_id_of(value: Any) -> str:
 def eager_frame_break(metrics: Any, tracebacks: list[list[tuple[str, int, str]]]) -> GraphBreak:
     """The graph break of a frame Dynamo skipped, at the line of that frame where it broke (from the graph-break
     log's user traceback; the function's first line when the log has no traceback for it)."""
-    line = metrics.co_firstlineno
-    stack: tuple[str, ...] = ()
-    for frames in tracebacks:
-        own = [i for i, (file, _, name) in enumerate(frames) if name == metrics.co_name and file == metrics.co_filename]
-        if own:
-            line = frames[own[0]][1]
-            stack = tuple(stack_entry(file, n, name) for file, n, name in frames[own[0] :])
-            break
-    reason = one_line_reason(metrics.fail_reason or metrics.fail_type)
     inner = ""
     if metrics.fail_user_frame_filename:
         inner = location(metrics.fail_user_frame_filename, metrics.fail_user_frame_lineno)
+    line = metrics.co_firstlineno
+    stack: tuple[str, ...] = ()
+    # The traceback of this frame's own break: through the frame, ending where Dynamo stopped (another break's
+    # traceback may pass through the same frame).
+    through = [
+        frames for frames in tracebacks if any(n == metrics.co_name and f == metrics.co_filename for f, _, n in frames)
+    ]
+    ending = [frames for frames in through if inner and location(frames[-1][0], frames[-1][1]) == inner]
+    for frames in ending or through:
+        own = [i for i, (file, _, name) in enumerate(frames) if name == metrics.co_name and file == metrics.co_filename]
+        line = frames[own[0]][1]
+        stack = tuple(stack_entry(file, n, name) for file, n, name in frames[own[0] :])
+        break
+    reason = one_line_reason(metrics.fail_reason or metrics.fail_type)
     own_location = location(metrics.co_filename, line)
     below = bool(inner) and inner != own_location
     stopped_in = "?"

@@ -222,3 +222,24 @@ def test_nothing_is_a_consequence_of_nothing():
     assert root.function == "<dictcomp>" and root.identity.endswith(EAGER_MARK)
     assert [r.frame for r in found.recompiles] == [HELPER]
     assert [h.frame for h in found.limit_hits] == [HELPER]
+
+
+def test_a_frame_run_eagerly_takes_the_stack_of_its_own_break(tmp_path):
+    """Two breaks' tracebacks pass through forward; the root is reached from the frame on the one that ends where
+    Dynamo stopped, not from a comprehension of the other."""
+    import types
+
+    from compile_audit.frame_records import eager_frame_break
+
+    model, upstream = str(tmp_path / "pkg" / "model.py"), str(tmp_path / "lib" / "wrapper.py")
+    metrics = types.SimpleNamespace(
+        co_name="forward", co_filename=model, co_firstlineno=8, compile_id="0/0", fail_type="Unsupported",
+        fail_reason="logging.Logger method not supported", fail_user_frame_filename=upstream, fail_user_frame_lineno=60,
+    )  # fmt: skip
+    tracebacks = [
+        [(model, 12, "forward"), (model, 12, "<dictcomp>")],
+        [(model, 14, "forward"), (str(tmp_path / "pkg" / "tuner.py"), 30, "forward"), (upstream, 60, "helper")],
+    ]
+    brk = eager_frame_break(metrics, tracebacks)
+    assert brk.location.endswith("model.py:14") and brk.stopped_in == "helper"
+    assert [entry.rsplit(" in ", 1)[1] for entry in brk.stack] == ["forward", "forward", "helper"]

@@ -21,6 +21,8 @@ caller). Those are the root's **consequences**: reported under it, counted, neve
 from __future__ import annotations
 
 import dataclasses
+import linecache
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -301,9 +303,8 @@ def _guard_under_test(last_guard: str, under_test: Sequence[str]) -> bool:
 
 
 def _source_of(location: str) -> str:
-    import linecache
-    import sys
-
+    """The source line at a short location (``transformers/configuration_utils.py:645``), found on ``sys.path``:
+    a root named by a frame run eagerly above it has no source line of its own."""
     file, _, line = location.rpartition(":")
     if not line.isdigit():
         return ""

@@ -150,10 +150,6 @@ class Attribution:
     recompiles: list[Recompile] = dataclasses.field(default_factory=list)
     limit_hits: list[RecompileLimitHit] = dataclasses.field(default_factory=list)
 
-    @property
-    def hits(self) -> int:
-        return sum(root.hits for root in self.roots)
-
 
 class _Attributor:
     def __init__(self, phases: Sequence[PhaseRecord], under_test: Sequence[str]) -> None:

@@ -146,6 +146,23 @@ def eager_random_numbers_under_inductor(request: pytest.FixtureRequest):
 
 
 @pytest.fixture(autouse=True)
+def deterministic_attention_for_parity_on_cuda(request: pytest.FixtureRequest):
+    """A GPU-tier case judged for parity runs attention on SDPA's math kernel. The fused CUDA kernels compare a
+    compiled run with eager only within their own noise (the efficient-attention backward is not deterministic, and a
+    LoRA A-gradient differed from eager by up to 1%), and they add a guard of their own on the sequence length's
+    alignment (``size % 8 == 0``: one recompile when a batch of 12 tokens follows one of 8), neither PEFT's doing
+    (results/README.md). The step benchmarks keep the fused kernels: their figures are what a user gets."""
+    case = request.getfixturevalue("case") if "case" in request.fixturenames else None
+    if case is None or case.tier != "cuda" or "case_audit" not in request.fixturenames:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        yield
+
+
+@pytest.fixture(autouse=True)
 def cpu_tier_traces_without_fake_tensor_cache(request: pytest.FixtureRequest):
     """Dynamo's fake-tensor cache makes each fresh tiny model trace slower, not faster: a case builds new modules, so
     nearly every lookup misses and pays for the entry it stores. A CPU-tier case judges what Dynamo does (breaks,

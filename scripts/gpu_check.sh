@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU tier's check, in stages that each fit one device call; results/README.md has the device plan.
 #
-#   scripts/gpu_check.sh OUTDIR [--cpu] [--stage STAGE] [--record-budgets]
+#   scripts/gpu_check.sh OUTDIR [--cpu] [--stage STAGE] [--only MODEL/METHOD[,MODEL/METHOD...]] [--record-budgets]
 #
 # STAGE (default all):
 #   gate    the train-eval-train cases of the slice (breaks, recompiles, parity) with the GPU tier's inductor
@@ -12,6 +12,7 @@
 # or several, comma-separated (--stage bench,table), run in that order.
 # Slice: LoRA, IA3 and prompt tuning on llama-tiny, LoRA on Llama-3.2-1B. --cpu: the same stages on CPU for LoRA on
 # llama-tiny with inductor, so that this script's code path runs on every change (.ci/run, from a bare copy).
+# --only: these model/method pairs instead of the slice (and of `later`'s), e.g. --only llama-3.2-1b/lora.
 # --record-budgets: the cases run against a copy of the budgets file in OUTDIR, which --update-budgets rewrites
 # (first contact: no @cuda-inductor budgets exist yet). Over-budget counts then do not fail; parity, a crash, a
 # steady-state recompile and Dynamo's recompile limit still do, and known failures stay known failures.
@@ -25,14 +26,19 @@
 # Exit status: 0 when every stage passed, else the first failing stage's; 3 when the smoke test fails.
 set -uo pipefail
 
-usage() { echo "usage: $0 OUTDIR [--cpu] [--stage gate|bench|table|later|all|STAGE,STAGE...] [--record-budgets]" >&2; exit 2; }
+usage() {
+    echo "usage: $0 OUTDIR [--cpu] [--stage gate|bench|table|later|all|STAGE,STAGE...]" \
+        "[--only MODEL/METHOD[,...]] [--record-budgets]" >&2
+    exit 2
+}
 [[ $# -ge 1 ]] || usage
 OUTDIR=$1; shift
-CPU=0 STAGE=all RECORD=0
+CPU=0 STAGE=all RECORD=0 ONLY=""
 while [[ $# -gt 0 ]]; do
     case $1 in
         --cpu) CPU=1 ;;
         --stage) [[ $# -ge 2 ]] || usage; STAGE=$2; shift ;;
+        --only) [[ $# -ge 2 && $2 == */* ]] || usage; ONLY=$2; shift ;;
         --record-budgets) RECORD=1 ;;
         *) usage ;;
     esac
@@ -70,6 +76,11 @@ else
     BENCH_ARGS=(-m gpu --gpu-bench-rounds 5 --gpu-bench-warmup 2 --gpu-bench-seq-len 256)
     TABLE_ARGS=(--model llama-3.2-1b --method lora --steps 6 --batch-size 4 --seq-len 256 --eval-every 3
                 --device cuda --backend inductor)
+fi
+
+if [[ -n $ONLY ]]; then
+    IFS=, read -r -a SLICE <<<"$ONLY"
+    LATER=("${SLICE[@]}")
 fi
 
 commit() {

@@ -24,6 +24,7 @@ from compile_audit.case import CaseAudit, KnownFailureConfirmed, reset_dynamo
 from compile_audit.collector import freeze_survivors
 from compile_audit.footprint import FootprintRecorder
 from compile_audit.footprint import active as footprint_active
+from compile_audit.policy import CompilePolicy
 from compile_audit.report import summary_table
 from compile_audit.verdict import observed
 from compile_gate import hookspecs
@@ -35,6 +36,7 @@ STATE_BEFORE_SETUP = pytest.StashKey[dict]()
 FOOTPRINT = pytest.StashKey[FootprintRecorder]()
 PROBLEMS = pytest.StashKey[list]()  # the verdict's problems, structured, for the report
 RAISED = pytest.StashKey[str]()  # the type of the exception the test body raised
+POLICY = pytest.StashKey[CompilePolicy]()  # the settings the case ran under
 DEFAULT_BUDGETS = "tests/compile_budgets.toml"
 
 
@@ -337,6 +339,23 @@ def report_fields(case: Any) -> dict[str, Any]:
     return {"id": case.id, "model": model, "method": method, "scenario": scenario, "tier": case.tier}
 
 
+@pytest.fixture(autouse=True)
+def compile_policy(request: pytest.FixtureRequest):
+    """The zoo's settings for the case (``pytest_compile_gate_policy``), applied before its other fixtures and
+    recorded in its report record."""
+    case = request.getfixturevalue("case") if "case" in request.fixturenames else None
+    policy = None
+    if case is not None:
+        audited = "case_audit" in request.fixturenames
+        policy = request.config.hook.pytest_compile_gate_policy(case=case, audited=audited, config=request.config)
+    if policy is None:
+        yield None
+        return
+    request.node.stash[POLICY] = policy
+    with policy.applied():
+        yield policy
+
+
 @pytest.fixture
 def case_audit(request: pytest.FixtureRequest, case: Any):
     """A CaseAudit for the case; judged when the test body returns; its record goes into the report."""
@@ -360,9 +379,15 @@ def case_audit(request: pytest.FixtureRequest, case: Any):
         "footprint_lines": _footprint_lines(request.node),
         "problems": request.node.stash.get(PROBLEMS, []),
         "raised": request.node.stash.get(RAISED, None),
+        "policy": _policy(request.node),
         "benchmarks": {},
     }
     request.node.user_properties.append((RECORD, record))
+
+
+def _policy(item: pytest.Item) -> dict[str, Any]:
+    policy = item.stash.get(POLICY, None)
+    return policy.to_dict() if policy is not None else {}
 
 
 def _footprint(item: pytest.Item) -> dict[str, list[str]]:

@@ -43,7 +43,7 @@ def _growth_explained(budget) -> bool:
 
 @pytest.mark.scenario("depth")
 def test_depth(case, device, make_peft_model, case_audit):
-    _run(case_audit, make_peft_model(num_layers=DEPTH, **case.model_overrides), case, device)
+    _run(case_audit, make_peft_model(num_layers=DEPTH), case, device)
     case_audit.steady_state_after(FIRST_CYCLE_ENDS)
     deep = case_audit.result
     if deep.limit_hits:  # Dynamo gave up at depth: the case fails on that, whatever one layer compiles
@@ -51,7 +51,7 @@ def test_depth(case, device, make_peft_model, case_audit):
 
     shallow = PhaseAudit(case.backend)
     reset_dynamo()
-    _run(shallow, make_peft_model(num_layers=1, **case.model_overrides), case, device)
+    _run(shallow, make_peft_model(num_layers=1), case, device)
     grew = growth_with_depth(shallow.phases, deep.phases, DEPTH)
     if grew and not _growth_explained(case_audit.budget):
         first_new = next((r.describe() for r in deep.recompiles if r not in shallow.recompiles), None)

@@ -61,7 +61,7 @@ def global_batch(case, step: int, length: int, device: str) -> dict[str, torch.T
 def run_rank(shipped: dict, rank: int, world_size: int, case: dict) -> None:
     """One rank of a case: train and evaluate the wrapped, compiled model, shipping the audit after each phase."""
     device = f"cuda:{rank}" if case["tier"] == "cuda" else "cpu"
-    dtype = torch.bfloat16 if case["tier"] == "cuda" else None
+    dtype = getattr(torch, case["dtype"]) if case["dtype"] else None
     with contextlib.ExitStack() as settings:
         model = bench_models.build_peft_model(case["model"], case["method"], device=device, dtype=dtype, **OVERRIDES)
         distributed.without_dropout(model)
@@ -110,7 +110,7 @@ def run_distributed_case(case, device, make_peft_model, case_audit, tmp_path) ->
         pytest.skip(f"{case.scenario} on the GPU tier needs {WORLD_SIZE} GPUs, {torch.cuda.device_count()} visible")
     # The same seeded build as every rank's; skips with the registry's reason.
     eager = distributed.without_dropout(make_peft_model(**OVERRIDES))
-    spec = {**case.report_fields(), "id": case.id, "budget": case_audit.budget.to_dict()}
+    spec = {**case.report_fields(), "id": case.id, "dtype": case.dtype, "budget": case_audit.budget.to_dict()}
     outcomes = launch(
         run_rank,
         (spec,),

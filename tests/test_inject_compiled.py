@@ -40,12 +40,12 @@ def test_inject_into_compiled_peft_model(case, device, make_peft_model, case_aud
     tolerance = case.tolerance
     batch = make_batch(case.model, case.method, seq_len=8, device=device)
     # What load_adapter will load: an adapter trained elsewhere (seeded), saved the ordinary way.
-    source = make_peft_model(**case.model_overrides)
+    source = make_peft_model()
     randomize_adapter(source, "default", seed=12)
     source.save_pretrained(tmp_path / "saved")
     # The eager reference: the same model with the same adapters, never compiled.
-    eager = make_peft_model(**case.model_overrides).eval()
-    model = make_peft_model(**case.model_overrides).eval()
+    eager = make_peft_model().eval()
+    model = make_peft_model().eval()
 
     compiled = case_audit.compile(model, dynamic=True)
     with case_audit.phase("default-1", "eval"):
@@ -80,12 +80,12 @@ def test_inject_into_compiled_peft_model(case, device, make_peft_model, case_aud
 def test_get_peft_model_on_compiled_base(case, device, make_peft_model, case_audit, tmp_path):
     tolerance = case.tolerance
     batch = make_batch(case.model, case.method, seq_len=8, device=device)
-    eager = make_peft_model(**case.model_overrides)
+    eager = make_peft_model()
     randomize_adapter(eager, "default", seed=10)
     eager.eval()
     expected = _logits(eager, batch)
 
-    dtype = torch.bfloat16 if case.tier == "cuda" else None
+    dtype = getattr(torch, case.dtype) if case.dtype else None
     base = bench_models.build_method_base(case.model, case.method, device=device, dtype=dtype, seed=0).eval()
     compiled_base = case_audit.compile(base, dynamic=True)
     with case_audit.phase("base-1", "eval"):

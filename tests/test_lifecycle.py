@@ -66,8 +66,8 @@ def _logits(model, batch, **kwargs) -> torch.Tensor:
 @pytest.mark.scenario("multi-adapter")
 def test_multi_adapter(case, device, make_peft_model, case_audit):
     """set_adapter back and forth, in inference and in training; the second round trip compiles nothing."""
-    model = _randomized_model(make_peft_model, case, two_adapters=True, **case.model_overrides)
-    eager = _randomized_model(make_peft_model, case, two_adapters=True, **case.model_overrides)
+    model = _randomized_model(make_peft_model, case, two_adapters=True)
+    eager = _randomized_model(make_peft_model, case, two_adapters=True)
     tolerance = case.tolerance
     eval_batch, train_batch = _batch(case, device, seq_len=8, seed=0), _batch(case, device, seq_len=8, seed=1)
 
@@ -116,7 +116,7 @@ def test_disable_adapter(case, device, make_peft_model, case_audit):
     """Compiled inference inside disable_adapter() equals the unwrapped base model; entering it again compiles
     nothing."""
     model = _randomized_model(make_peft_model, case).eval()
-    dtype = torch.bfloat16 if case.tier == "cuda" else None
+    dtype = getattr(torch, case.dtype) if case.dtype else None
     base = bench_models.build_method_base(case.model, case.method, device=device, dtype=dtype, seed=0).eval()
     differ, missing = base_weight_mismatches(model, base)
     if differ or missing:

@@ -43,14 +43,14 @@ def saved_adapter_problems(what: str, saved: dict[str, torch.Tensor], expected: 
 
 
 def reload(case, device, folder):
-    dtype = torch.bfloat16 if case.tier == "cuda" else None
+    dtype = getattr(torch, case.dtype) if case.dtype else None
     base = bench_models.build_method_base(case.model, case.method, device=device, dtype=dtype, seed=0)
     return peft.PeftModel.from_pretrained(base, folder).eval()
 
 
 @pytest.mark.scenario("save-load")
 def test_save_load(case, device, make_peft_model, case_audit, tmp_path):
-    model = make_peft_model(**case.model_overrides)
+    model = make_peft_model()
     randomize_adapter(model, "default", seed=10)
     model.eval()
     batch = make_batch(case.model, case.method, seq_len=8, device=device)

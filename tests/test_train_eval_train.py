@@ -41,9 +41,8 @@ def _keep_gradients(model, into: dict):
 
 @pytest.mark.scenario("train-eval-train")
 def test_train_eval_train(case, device, make_peft_model, case_audit):
-    overrides = case.model_overrides
     # Two seeded builds rather than deepcopy: some methods (OSF) hold hooks that a copy would not carry.
-    model, eager = make_peft_model(**overrides), make_peft_model(**overrides)
+    model, eager = make_peft_model(), make_peft_model()
     tolerance = case.tolerance
     batches = {
         name: make_batch(case.model, case.method, seq_len=length, seed=step, device=device)

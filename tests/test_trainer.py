@@ -96,7 +96,7 @@ def compiles_with(model, audit_backend: str) -> Iterator[list[str]]:
 
 @pytest.mark.scenario("trainer")
 def test_trainer(case, device, make_peft_model, case_audit, tmp_path):
-    model = make_peft_model(**case.model_overrides)
+    model = make_peft_model()
     phases = AuditPhases(case_audit, model)
     trainer = make_trainer(
         model,

@@ -28,7 +28,7 @@ from typing import Any
 
 from compile_audit.normalize import normalize
 from compile_audit.report import audited, count, read_cases, recompile_limit_hits, section
-from compile_audit.versions import GATED_LIBRARIES
+from compile_audit.versions import gated_of
 
 STEP_TIME_KEY = "compiled_step_ms"
 MEMORY_SUFFIX = "_bytes"  # every benchmarks entry ending in it is a memory figure (reserved_max_bytes, ...)
@@ -101,6 +101,7 @@ class ReportDiff:
     only_base: list[tuple[dict[str, Any], bool]]  # (case, counts as a regression)
     only_head: list[tuple[dict[str, Any], bool]]
     work: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (case id, its compile-work change)
+    gated: tuple[str, ...] = ()  # the libraries either report was gated on
 
     @property
     def regressed(self) -> bool:
@@ -118,14 +119,15 @@ class NothingAudited(ValueError):
     """A report in which no case was audited: comparing it would pass having checked nothing."""
 
 
-def load_cases(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The report's versions and its cases by id; ValueError naming the file when unusable."""
+def load_cases(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], tuple[str, ...]]:
+    """The report's versions, its cases by id and the libraries it was gated on; ValueError naming the file when
+    unusable."""
     cases = read_cases(path)
     if not cases.audited_count:
         statuses = collections.Counter(case["status"] for case in cases.cases)
         seen = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "no case at all"
         raise NothingAudited(f"{path}: no case was audited ({seen}): nothing to compare")
-    return cases.versions, cases.by_id
+    return cases.versions, cases.by_id, gated_of(cases.report)
 
 
 def _why(message: str) -> str:
@@ -388,8 +390,8 @@ def compare(
     memory_threshold: float = DEFAULT_MEMORY_THRESHOLD,
 ) -> ReportDiff:
     """Every case that changed, worst first, and the cases only one report has; ValueError on bad input."""
-    base_versions, base = load_cases(base_path)
-    head_versions, head = load_cases(head_path)
+    base_versions, base, base_gated = load_cases(base_path)
+    head_versions, head, head_gated = load_cases(head_path)
     changed = [
         diff
         for case_id in sorted(base.keys() & head.keys())
@@ -403,17 +405,20 @@ def compare(
         for case_id in sorted(base.keys() & head.keys())
         if (text := compare_work(base[case_id], head[case_id]))
     ]
-    return ReportDiff(base_versions, head_versions, base, head, changed, only_base, only_head, work)
+    gated = tuple(dict.fromkeys([*base_gated, *head_gated]))
+    return ReportDiff(base_versions, head_versions, base, head, changed, only_base, only_head, work, gated)
 
 
 # ----------------------------------------------------------------------------- rendering
 
 
-def versions_line(base: dict[str, Any], head: dict[str, Any]) -> str:
-    def describe(versions: dict[str, Any]) -> str:
-        return ", ".join(f"{name} {versions.get(name, '?')}" for name in GATED_LIBRARIES)
+def versions_line(base: dict[str, Any], head: dict[str, Any], libraries: tuple[str, ...]) -> str:
+    """The gated libraries' versions on each side."""
 
-    differing = [name for name in GATED_LIBRARIES if base.get(name) != head.get(name)]
+    def describe(versions: dict[str, Any]) -> str:
+        return ", ".join(f"{name} {versions.get(name, '?')}" for name in libraries)
+
+    differing = [name for name in libraries if base.get(name) != head.get(name)]
     note = f" (differs: {', '.join(differing)})" if differing else " (same versions)"
     return f"**base** {describe(base)} → **head** {describe(head)}{note}"
 
@@ -493,7 +498,12 @@ def _roots_section(result: ReportDiff, regressions: list[CaseDiff]) -> list[str]
 
 
 def render(result: ReportDiff, chart: bool = False) -> str:
-    lines = ["## torch.compile gate: base vs head", "", versions_line(result.base_versions, result.head_versions), ""]
+    lines = [
+        "## torch.compile gate: base vs head",
+        "",
+        versions_line(result.base_versions, result.head_versions, result.gated),
+        "",
+    ]
     if result.empty:
         return "\n".join([*lines, "no changes", ""])
     regressions = [d for d in result.changed if d.regressed]

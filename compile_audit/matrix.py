@@ -24,7 +24,7 @@ SUMMARY_COLUMNS = ("clean", "passed", "failed", "error", "skipped", "xfailed")
 UNKNOWN_MARKER = "❓"
 NOT_A_CASE = "–"
 FOOTNOTE_WIDTH = 200
-LIBRARIES = ("torch", "transformers", "peft", "python")
+CELL_FIELDS = ("model", "method", "scenario")
 LEGEND = [
     "Each cell is one case (method × scenario on that model): `graph breaks / recompiles` of its compiled run.",
     "",
@@ -54,8 +54,13 @@ def status_of(case: dict[str, Any]) -> str:
 
 
 def load_cases(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The report and its cases; ValueError naming the file when a case lacks what a cell needs."""
+    """The report and its cases; ValueError naming the file when a case lacks what a cell needs (the matrix lays
+    cases out by model, method and scenario)."""
     cases = read_cases(path)
+    for index, case in enumerate(cases.cases):
+        missing = [key for key in CELL_FIELDS if not isinstance(case.get(key), str)]
+        if missing:
+            raise ValueError(f"{path}: case #{index} has no {', '.join(missing)}")
     return cases.report, cases.cases
 
 
@@ -141,7 +146,7 @@ def render(
     regenerate: str | None = None,
 ) -> str:
     versions = report.get("versions") or {}
-    described = ", ".join(f"{name} {versions[name]}" for name in LIBRARIES if name in versions)
+    described = ", ".join(f"{name} {version}" for name, version in versions.items())
     lines = [
         "# torch.compile compatibility matrix",
         "",

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from compile_audit.report import build_report, read_cases, write_report
+from compile_audit.versions import gated_of
 
 
 def merge_reports(paths: list[str | Path], reruns: list[str | Path] = ()) -> dict[str, Any]:
@@ -41,7 +42,7 @@ def merge_reports(paths: list[str | Path], reruns: list[str | Path] = ()) -> dic
             if case_id not in cases:
                 raise ValueError(f"case {case_id!r} of the re-run {rerun.path} is in no shard report")
             cases[case_id] = case
-    return build_report(list(cases.values()), first.versions)
+    return build_report(list(cases.values()), first.versions, gated_of(first.report))
 
 
 def _same_versions(first, other) -> None:

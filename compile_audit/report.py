@@ -18,20 +18,25 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from compile_audit.files import write_text_atomic
+from compile_audit.versions import DEFAULT_GATED
 
 SCHEMA = "compile-audit-report/2"
-REQUIRED_FIELDS = ("id", "model", "method", "scenario", "status")
+REQUIRED_FIELDS = ("id", "status")
 
 
-def build_report(cases: list[dict[str, Any]], versions: dict[str, str]) -> dict[str, Any]:
+def build_report(
+    cases: list[dict[str, Any]], versions: dict[str, str], gated: Sequence[str] = DEFAULT_GATED
+) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "versions": versions,
+        "gated": list(gated),
         "cases": sorted(cases, key=lambda c: c["id"]),
     }
 

@@ -27,6 +27,7 @@ from compile_audit.footprint import active as footprint_active
 from compile_audit.policy import CompilePolicy
 from compile_audit.report import summary_table
 from compile_audit.verdict import observed
+from compile_audit.versions import DEFAULT_GATED
 from compile_gate import hookspecs
 from compile_gate.session import BENCHMARKS, PROPOSAL, RECORD, GateSession, json_safe
 
@@ -67,7 +68,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "top-level packages of the code under test: what each case's footprint records (compile_audit.footprint),"
         " and the frame a root outside them names (compile_audit.roots)",
         type="linelist",
-        default=["peft"],
+        default=[],
+    )
+    parser.addini(
+        "compile_gated_libraries",
+        "libraries whose versions decide whether a budget is current (the ratchet fails on them, warns elsewhere) and"
+        " that a report diff compares",
+        type="linelist",
+        default=list(DEFAULT_GATED),
     )
 
 
@@ -113,17 +121,17 @@ def pytest_configure(config: pytest.Config) -> None:
         torch._dynamo.config.disable = True
     updating = config.getoption("--update-budgets")
     path = budgets_path(config)
+    _check_outputs(config, path if updating else None)
     if not path.exists() and not updating:
         raise pytest.UsageError(f"budgets file {path} does not exist (--update-budgets creates it)")
     try:
         budget_file = BudgetFile.load(path, missing_ok=True)
     except BudgetFileError as error:
         raise pytest.UsageError(f"malformed budgets file: {error}") from None
+    except OSError as error:
+        raise pytest.UsageError(f"budgets file {path}: cannot read it: {error.strerror}") from None
     report = config.getoption("--compile-report")
     record = config.getoption("--record-budgets")
-    for option, output in (("--compile-report", report), ("--record-budgets", record)):
-        if output:
-            _check_writable(option, Path(output).absolute())
     if record and updating:
         raise pytest.UsageError("--record-budgets PATH and --update-budgets: choose one (the latter rewrites the file)")
     session = GateSession(
@@ -133,25 +141,45 @@ def pytest_configure(config: pytest.Config) -> None:
         report_path=Path(report).absolute() if report else None,
         record_path=Path(record).absolute() if record else None,
         versions=config.hook.pytest_compile_gate_versions(config=config),
+        gated_libraries=tuple(config.getini("compile_gated_libraries")),
     )
     config.stash[SESSION] = session
     if not _is_worker(config):  # under xdist the controller collects, judges nothing, and finishes
         config.pluginmanager.register(SessionHooks(session), "compile_gate_session")
 
 
-def _check_writable(option: str, path: Path) -> None:
-    """An output the run cannot write fails before the first case, not after every case has run: a file is created
-    and removed in the nearest folder that exists (the write makes the missing ones)."""
+def _check_outputs(config: pytest.Config, budgets: Path | None) -> None:
+    """Each file the run writes (the report, the recorded budgets, ``budgets`` when --update-budgets rewrites it) is
+    checked before the first case: one the run cannot write is a usage error, not a traceback after the last case."""
+    outputs = {
+        "--compile-report": config.getoption("--compile-report"),
+        "--record-budgets": config.getoption("--record-budgets"),
+        "--update-budgets": budgets,
+    }
+    for option, output in outputs.items():
+        path = Path(output).absolute() if output else None
+        reason = _unwritable(path) if path else None
+        if reason:
+            raise pytest.UsageError(f"{option}: cannot write {path}: {reason}")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why ``path`` cannot be written, or None: a file is created and removed in the nearest folder that exists
+    (the write makes the missing ones)."""
+    if path.is_dir():
+        return "it is a folder"
     folder = path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
+    missing = f"cannot create the folder {path.parent}: " if folder != path.parent else ""
+    if not folder.is_dir():
+        return f"{missing}{folder} is a file, not a folder"
     try:
-        if path.is_dir():
-            raise IsADirectoryError(f"{path} is a folder")
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as error:
-        raise pytest.UsageError(f"{option}: cannot write {path}: {error}") from None
+        return f"{missing}{folder} is not writable ({error.strerror})"
+    return None
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -332,11 +360,8 @@ def _judge(item: pytest.Item, audit: CaseAudit, leaked: list[str]) -> None:
 
 
 def report_fields(case: Any) -> dict[str, Any]:
-    """The case's identity in the report: ``case.report_fields()`` or, from an id ``model/method/scenario``."""
-    if hasattr(case, "report_fields"):
-        return {"id": case.id, **case.report_fields()}
-    model, method, scenario = ([*case.id.split("@")[0].split("/", 2), "?", "?"])[:3]
-    return {"id": case.id, "model": model, "method": method, "scenario": scenario, "tier": case.tier}
+    """The case's identity in the report: its id and tier, and the fields of ``case.report_fields()`` if it has it."""
+    return {"id": case.id, "tier": case.tier, **(case.report_fields() if hasattr(case, "report_fields") else {})}
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ import pytest
 from compile_audit.budgets import Budget, BudgetFile
 from compile_audit.files import exclusive
 from compile_audit.report import build_report, write_report
-from compile_audit.versions import gated
+from compile_audit.versions import DEFAULT_GATED, gated
 
 RECORD = "compile_gate_case"  # user_properties keys
 BENCHMARKS = "compile_gate_benchmarks"
@@ -32,6 +32,7 @@ class GateSession:
     report_path: Path | None = None
     record_path: Path | None = None  # --record-budgets: the budgets file with this run's entries, written there
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    gated_libraries: tuple[str, ...] = DEFAULT_GATED  # whose versions decide whether a budget is current
     records: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by node id
     outcomes: dict[str, tuple[str, str | None]] = dataclasses.field(default_factory=dict)  # by node id
     benchmarks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by case id
@@ -47,11 +48,11 @@ class GateSession:
     def on_recorded_versions(self, tier: str, case_id: str | None = None) -> bool:
         """Whether the installed versions are those the case's budget was recorded with: only there do the ratchet
         and the budget's signatures fail the case; elsewhere they warn."""
-        return self.budget_file.versions_match(tier, gated(self.versions), case_id)
+        return self.budget_file.versions_match(tier, gated(self.versions, self.gated_libraries), case_id)
 
     def versions_note(self, tier: str, case_id: str | None = None) -> str:
         """Which installed versions differ from those the case's budget was recorded with ("" when none do)."""
-        differ = self.budget_file.version_differences(tier, gated(self.versions), case_id)
+        differ = self.budget_file.version_differences(tier, gated(self.versions, self.gated_libraries), case_id)
         return f"on other versions than the budget's: {', '.join(differ)}" if differ else ""
 
     def ingest(self, report: pytest.TestReport) -> None:
@@ -86,7 +87,7 @@ class GateSession:
         if stale and not self.updating:
             self.lines.append(f"stale budget entries (no such case any more; --update-budgets removes them): {stale}")
         if self.report_path is not None:
-            write_report(self.report_path, build_report(self.cases, self.versions))
+            write_report(self.report_path, build_report(self.cases, self.versions, self.gated_libraries))
             self.lines.append(f"compile report written to {self.report_path}")
         return self.cases
 
@@ -107,7 +108,7 @@ class GateSession:
         alone, and stale entries stay (only --update-budgets removes them)."""
         recorded = BudgetFile.load(self.budget_file.path, missing_ok=True)
         recorded.path = self.record_path
-        recorded.apply(self.proposals, self._proposal_tiers(), gated(self.versions))
+        recorded.apply(self.proposals, self._proposal_tiers(), gated(self.versions, self.gated_libraries))
         recorded.write()
         self.lines.append(f"budgets recorded: {len(self.proposals)} case(s) written -> {self.record_path}")
 
@@ -121,7 +122,7 @@ class GateSession:
         tiers = self._proposal_tiers()
         with exclusive(self.budget_file.path):
             current = BudgetFile.load(self.budget_file.path, missing_ok=True)
-            current.apply(self.proposals, tiers, gated(self.versions))
+            current.apply(self.proposals, tiers, gated(self.versions, self.gated_libraries))
             removed = [case_id for case_id in stale if current.entries.pop(case_id, None) is not None]
             current.write()
         self.budget_file = current

@@ -1,8 +1,10 @@
 """The method registry: one entry per PEFT method (every PeftType that can wrap a tiny model) plus LoRA variants.
 
 Each `Method.make_config(spec, rank=None, dropout=None)` returns a fresh PeftConfig sized for `spec` (the options
-come from `config_builders`). What a method cannot run is declared in its `cannot_run`, with the reason; the
-checks that read it are in `skip_reasons`.
+come from `config_builders`). What a method cannot run is declared in its `cannot_run`, with the reason, on top of
+the default `TUNER_LIMITS`; a default the method does have is named in its `lifts`, with the reason. Every selector
+(what a reason applies to) is typed and checked when this module is imported. The checks that read the limits are
+in `skip_reasons`.
 
 The registry lists every method whatever peft is installed (case ids stay stable); config classes are named, not
 imported, so a method the installed peft lacks (its PeftType, config class, an option or API) is a skip with the
@@ -11,14 +13,16 @@ reason, e.g. "pvera: not in peft 0.18.1 (no peft.PeftType.PVERA, peft.PveraConfi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import ClassVar
 
 import peft
 
 from . import config_builders as options
 from .config_builders import ADALORA_TOTAL_STEP, NUM_TASKS, NUM_VIRTUAL_TOKENS, TRAINABLE_TOKEN_IDS, Deferred, Options
-from .models import SEQ_CLS, ModelSpec
+from .models import CAUSAL_LM, MODELS, SEQ_CLS, ModelSpec
 
 OPERATIONS = (
     "multi-adapter",
@@ -29,22 +33,108 @@ OPERATIONS = (
     "gradient-checkpointing",
     "generate",
 )
+TASKS = (CAUSAL_LM, SEQ_CLS)
+ARCHITECTURES = tuple(dict.fromkeys(spec.arch for spec in MODELS.values()))
 
-# A key of `cannot_run`: an architecture ("bert"), a task (SEQ_CLS), an operation ("merge-unmerge"), or an
-# (architecture or task, operation) pair.
-Selector = str | tuple[str, str]
+
+# ------------------------------------------------------------------------------ selectors: what a reason applies to
+
+
+@dataclass(frozen=True, repr=False)
+class _Name:
+    name: str
+    KIND: ClassVar[str]
+    KNOWN: ClassVar[tuple[str, ...]]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def unknown(self) -> list[str]:
+        """This selector's names that the zoo lacks, each with its kind (empty when it names only known ones)."""
+        if self.name in self.KNOWN:
+            return []
+        return [f"unknown {self.KIND} {self.name!r} (known: {', '.join(self.KNOWN)})"]
+
+
+@dataclass(frozen=True, repr=False)
+class Architecture(_Name):
+    """A model architecture of the zoo (`ModelSpec.arch`): Architecture("bert")."""
+
+    KIND: ClassVar[str] = "architecture"
+    KNOWN: ClassVar[tuple[str, ...]] = ARCHITECTURES
+
+
+@dataclass(frozen=True, repr=False)
+class Task(_Name):
+    """A model task (`ModelSpec.task`): Task(SEQ_CLS)."""
+
+    KIND: ClassVar[str] = "task"
+    KNOWN: ClassVar[tuple[str, ...]] = TASKS
+
+
+@dataclass(frozen=True, repr=False)
+class Operation(_Name):
+    """A lifecycle operation, one of OPERATIONS: Operation("merge-unmerge")."""
+
+    KIND: ClassVar[str] = "operation"
+    KNOWN: ClassVar[tuple[str, ...]] = OPERATIONS
+
+    def on(self, where: Architecture | Task) -> OperationOn:
+        """The operation on one architecture or task only: Operation("merge-unmerge").on(Architecture("llama"))."""
+        return OperationOn(where, self)
+
+
+@dataclass(frozen=True, repr=False)
+class OperationOn:
+    """An operation PEFT has for the method, but not on this architecture or task."""
+
+    where: Architecture | Task
+    operation: Operation
+
+    def __repr__(self) -> str:
+        return f"{self.operation!r}.on({self.where!r})"
+
+    def unknown(self) -> list[str]:
+        """Its names that the zoo lacks, and a `where` that is no architecture or task."""
+        if not isinstance(self.where, Architecture | Task):
+            return [f"{self.where!r} where an Architecture or a Task belongs", *_unknown(self.operation)]
+        return self.where.unknown() + _unknown(self.operation)
+
+
+Selector = Architecture | Task | Operation | OperationOn
+
+
+def _unknown(selector: object) -> list[str]:
+    if not isinstance(selector, Selector):
+        return [f"{selector!r}, which is not a selector (Architecture, Task, Operation or Operation(...).on(...))"]
+    return selector.unknown()
+
+
+def check_selectors(owner: str, table: Mapping[Selector, str]) -> None:
+    """Raise ValueError naming `owner` and every name in `table`'s selectors that the zoo lacks."""
+    unknown = [name for selector in table for name in _unknown(selector)]
+    if unknown:
+        raise ValueError(f"{owner} names {'; '.join(unknown)}")
+
+
+# ------------------------------------------------------------------------------ reasons
 
 # Operation support below was checked eagerly on every tiny model (bench_models.check_registry); the reasons
 # quote what PEFT raises or does.
 _MIXED_BATCH = "PEFT implements adapter_names (an adapter per row) only for LoRA, RoAd and GLoRA"
 _HOTSWAP = "PEFT's hotswap_adapter swaps LoRA adapters only"
-# What PEFT lacks for most tuners: the default of `Method.cannot_run`.
-TUNER_LIMITS: dict[Selector, str] = {"mixed-batch": _MIXED_BATCH, "hotswap": _HOTSWAP}
+# What PEFT lacks for most tuners: every method's `cannot_run` adds to it, its `lifts` takes entries out.
+TUNER_LIMITS: Mapping[Selector, str] = MappingProxyType(
+    {Operation("mixed-batch"): _MIXED_BATCH, Operation("hotswap"): _HOTSWAP}
+)
+_LORA_MIXES = {Operation("mixed-batch"): "PEFT implements adapter_names for LoRA"}
+_LORA_SWAPS = {Operation("hotswap"): "PEFT's hotswap_adapter swaps LoRA adapters"}
 
 CAUSAL_LM_ONLY = "supports: causal-lm"
-_NO_WEIGHTS_TO_MERGE = {"merge-unmerge": "it adds virtual tokens, not a weight delta to merge"}
+_NO_WEIGHTS_TO_MERGE = {Operation("merge-unmerge"): "it adds virtual tokens, not a weight delta to merge"}
 _TIED = "tied input/output embeddings"
 _NO_MERGE_TIED = f"{_TIED}: merging the embedding adapter also changes the tied lm_head (peft#2777)"
+_NO_SECOND_TIED = f"{_TIED}: a second adapter fails ('wraps an unknown layer type')"
 _NO_MIX_SEQ_CLS = "adapter_names only reaches the method's own layers, not the classifier's modules_to_save copy"
 _NO_MERGE_NO_BIAS = "llama's linear layers have no bias to merge the bias adapter into"
 _PROMPT_SEQ_CLS = "PEFT's disable_adapter() raises UnboundLocalError for prompt learning on seq-cls models"
@@ -52,19 +142,34 @@ _PREFIX_NOT_BERT = "PEFT's prefix tuning needs past_key_values, which BertModel.
 _ADAPTION_ARCHS = "PEFT's adaption prompt only supports the llama, mistral and gpt2 model types"
 _GC_PREFIX = "gradient checkpointing drops the cache, so the prefix keys/values are lost (shape mismatch)"
 _KV_PREFIX_LIMITS = {
-    **TUNER_LIMITS,
     **_NO_WEIGHTS_TO_MERGE,
-    "bert": _PREFIX_NOT_BERT,
-    "gradient-checkpointing": _GC_PREFIX,
+    Architecture("bert"): _PREFIX_NOT_BERT,
+    Operation("gradient-checkpointing"): _GC_PREFIX,
 }
-_PROMPT_LIMITS = {**TUNER_LIMITS, **_NO_WEIGHTS_TO_MERGE, (SEQ_CLS, "disable-adapter"): _PROMPT_SEQ_CLS}
+_PROMPT_LIMITS = {**_NO_WEIGHTS_TO_MERGE, Operation("disable-adapter").on(Task(SEQ_CLS)): _PROMPT_SEQ_CLS}
 
+# PeftModelForSequenceClassification adds the classifier to modules_to_save; hotswap swaps lora_* only.
+_NO_HOTSWAP_SEQ_CLS = "hotswap swaps only LoRA weights, not the classifier copy every seq-cls adapter trains"
 # Cases no method can run, in the same form; the reason is the whole skip message ({model}, {task}: the case's).
 ZOO_RULES: dict[Selector, str] = {
-    (SEQ_CLS, "generate"): "generate needs a causal LM, {model} is {task}",
-    # PeftModelForSequenceClassification adds the classifier to modules_to_save; hotswap swaps lora_* only.
-    (SEQ_CLS, "hotswap"): "hotswap swaps only LoRA weights, not the classifier copy every seq-cls adapter trains",
+    Operation("generate").on(Task(SEQ_CLS)): "generate needs a causal LM, {model} is {task}",
+    Operation("hotswap").on(Task(SEQ_CLS)): _NO_HOTSWAP_SEQ_CLS,
 }
+check_selectors("ZOO_RULES", ZOO_RULES)
+
+
+# ------------------------------------------------------------------------------ methods
+
+
+def _limit_problems(cannot_run: Mapping[Selector, str], lifts: Mapping[Selector, str]) -> list[str]:
+    """What is wrong with a method's `cannot_run` and `lifts` beyond unknown names."""
+    problems = [f"lifts {s!r}, which is not in TUNER_LIMITS" for s in lifts if s not in TUNER_LIMITS]
+    problems += [f"{s!r} is both in cannot_run and in lifts" for s in lifts if s in cannot_run]
+    problems += [
+        f"cannot_run repeats TUNER_LIMITS' reason for {s!r}" for s, r in cannot_run.items() if r == TUNER_LIMITS.get(s)
+    ]
+    problems += [f"no reason for {s!r}" for s, r in {**cannot_run, **lifts}.items() if not r.strip()]
+    return problems
 
 
 @dataclass(frozen=True)
@@ -76,11 +181,14 @@ class Method:
     config_class: str
     # (spec, *, rank=None, dropout=None) -> the config's keyword arguments.
     options: Callable[..., Options] = field(compare=False, repr=False)
-    # Selector -> why the method cannot run there. Replacing the default drops its entries: spread TUNER_LIMITS
-    # into a map that adds to them.
-    cannot_run: dict[Selector, str] = field(default_factory=TUNER_LIMITS.copy, compare=False)
+    # Selector -> why the method cannot run there, added to TUNER_LIMITS (an entry for one of TUNER_LIMITS' selectors
+    # gives the method's own reason instead of the default one).
+    cannot_run: Mapping[Selector, str] = field(default_factory=dict, compare=False)
+    # A TUNER_LIMITS selector -> why the method has it after all ("PEFT implements adapter_names for LoRA").
+    lifts: Mapping[Selector, str] = field(default_factory=dict, compare=False)
     requires: tuple[str, ...] = ()
     architecture_specific: bool = False
+    # The person's words on the configuration: never a restatement of a reason above.
     note: str = ""
     # Extra inputs the forward needs ("task_ids"); make_batch adds them.
     batch_keys: tuple[str, ...] = ()
@@ -90,6 +198,17 @@ class Method:
     base_config_overrides: dict[str, object] = field(default_factory=dict, compare=False)
     # Other PEFT APIs the method uses, as dotted names ("peft.utils.get_peft_model_state_dict").
     peft_apis: tuple[str, ...] = ()
+    # Everything the method cannot run, derived: TUNER_LIMITS less `lifts`, plus `cannot_run`.
+    limits: Mapping[Selector, str] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        check_selectors(f"method {self.name!r} cannot_run", self.cannot_run)
+        check_selectors(f"method {self.name!r} lifts", self.lifts)
+        problems = _limit_problems(self.cannot_run, self.lifts)
+        if problems:
+            raise ValueError(f"method {self.name!r}: {'; '.join(problems)}")
+        kept = {selector: reason for selector, reason in TUNER_LIMITS.items() if selector not in self.lifts}
+        object.__setattr__(self, "limits", MappingProxyType({**kept, **self.cannot_run}))
 
     def make_config(self, spec: ModelSpec, *, rank: int | None = None, dropout: float | None = None):
         """A fresh PeftConfig sized for `spec`, of the installed peft's config class."""
@@ -99,7 +218,7 @@ class Method:
 
     def supports(self, operation: str) -> bool:
         """Whether PEFT has `operation` for the method (an architecture or task may still rule it out)."""
-        return operation not in self.cannot_run
+        return Operation(operation) not in self.limits
 
 
 _METHOD_LIST = [
@@ -109,7 +228,7 @@ _METHOD_LIST = [
         "LORA",
         "LoraConfig",
         options.lora,
-        cannot_run={},
+        lifts={**_LORA_MIXES, **_LORA_SWAPS},
         note="r=8, alpha=16, dropout 0.1 on the q/v projections",
     ),
     Method(
@@ -118,17 +237,17 @@ _METHOD_LIST = [
         "LoraConfig",
         options.lora_dora,
         cannot_run={
-            "mixed-batch": "PEFT refuses adapter_names with DoRA",
-            "hotswap": "hotswap does not know DoRA's magnitude vector",
+            Operation("mixed-batch"): "PEFT refuses adapter_names with DoRA",
+            Operation("hotswap"): "hotswap does not know DoRA's magnitude vector",
         },
-        note="use_dora; PEFT refuses adapter_names with DoRA and hotswap does not know the magnitude vector",
+        note="use_dora",
     ),
     Method(
         "lora-rslora",
         "LORA",
         "LoraConfig",
         options.lora_rslora,
-        cannot_run={},
+        lifts={**_LORA_MIXES, **_LORA_SWAPS},
         note="use_rslora (alpha/sqrt(r) scaling)",
     ),
     Method(
@@ -137,10 +256,11 @@ _METHOD_LIST = [
         "LoraConfig",
         options.lora_embedding,
         cannot_run={
-            "hotswap": "PEFT's hotswap_adapter raises KeyError on the adapted embedding's keys",
-            ("qwen2", "merge-unmerge"): _NO_MERGE_TIED,
-            ("opt", "merge-unmerge"): _NO_MERGE_TIED,
+            Operation("hotswap"): "PEFT's hotswap_adapter raises KeyError on the adapted embedding's keys",
+            Operation("merge-unmerge").on(Architecture("qwen2")): _NO_MERGE_TIED,
+            Operation("merge-unmerge").on(Architecture("opt")): _NO_MERGE_TIED,
         },
+        lifts=_LORA_MIXES,
         architecture_specific=False,
         note="LoRA on the input embedding only; behaviour depends on whether the arch ties lm_head to it",
     ),
@@ -149,7 +269,8 @@ _METHOD_LIST = [
         "LORA",
         "LoraConfig",
         options.lora_modules_to_save,
-        cannot_run={"hotswap": "PEFT's hotswap_adapter raises KeyError on the modules_to_save copy's keys"},
+        cannot_run={Operation("hotswap"): "PEFT's hotswap_adapter raises KeyError on the modules_to_save copy's keys"},
+        lifts=_LORA_MIXES,
         architecture_specific=False,
         note="LoRA on q/v + a trained copy of lm_head / classifier; the lm_head copy unties tied embeddings",
     ),
@@ -158,7 +279,8 @@ _METHOD_LIST = [
         "LORA",
         "LoraConfig",
         options.lora_trainable_tokens,
-        cannot_run={"hotswap": "PEFT's hotswap_adapter raises KeyError on the trainable tokens' delta"},
+        cannot_run={Operation("hotswap"): "PEFT's hotswap_adapter raises KeyError on the trainable tokens' delta"},
+        lifts=_LORA_MIXES,
         architecture_specific=False,
         note="LoRA on q/v + trainable_token_indices (TrainableTokens on the embedding, tied to lm_head if tied)",
         batch_token_ids=TRAINABLE_TOKEN_IDS,
@@ -168,7 +290,8 @@ _METHOD_LIST = [
         "LORA",
         "LoraConfig",
         options.lora_bias,
-        cannot_run={("llama", "merge-unmerge"): _NO_MERGE_NO_BIAS},
+        cannot_run={Operation("merge-unmerge").on(Architecture("llama")): _NO_MERGE_NO_BIAS},
+        lifts={**_LORA_MIXES, **_LORA_SWAPS},
         note="lora_bias=True (bias on lora_B)",
     ),
     Method(
@@ -177,12 +300,11 @@ _METHOD_LIST = [
         "AdaLoraConfig",
         options.adalora,
         cannot_run={
-            **TUNER_LIMITS,
-            "multi-adapter": "PEFT allows one trainable AdaLoRA adapter and update_and_allocate only tracks that one",
+            Operation("multi-adapter"): "PEFT allows one trainable AdaLoRA adapter and update_and_allocate only "
+            "tracks that one",
         },
         note=f"init_r=12 -> target_r=8, total_step={ADALORA_TOTAL_STEP} so rank pruning happens within a few steps; "
-        "train_step calls update_and_allocate. Not multi-adapter: PEFT allows one trainable AdaLoRA adapter and "
-        "update_and_allocate only tracks that one",
+        "train_step calls update_and_allocate",
     ),
     # Other adapter (tuner) methods
     Method(
@@ -231,12 +353,10 @@ _METHOD_LIST = [
         "PolyConfig",
         options.poly,
         cannot_run={
-            **TUNER_LIMITS,
-            "merge-unmerge": "PEFT's Poly has no merge (NotImplementedError)",
-            "gradient-checkpointing": "the recompute runs outside the hook that injects task_ids",
+            Operation("merge-unmerge"): "PEFT's Poly has no merge (NotImplementedError)",
+            Operation("gradient-checkpointing"): "the recompute runs outside the hook that injects task_ids",
         },
-        note=f"n_tasks={NUM_TASKS}, n_skills=4, the batch carries task_ids. No merge (NotImplementedError); no "
-        "gradient checkpointing (the recompute runs outside the hook that injects task_ids)",
+        note=f"n_tasks={NUM_TASKS}, n_skills=4, the batch carries task_ids",
         batch_keys=("task_ids",),
     ),
     Method("ln-tuning", "LN_TUNING", "LNTuningConfig", options.ln_tuning, note="trains copies of the layer norms"),
@@ -252,7 +372,8 @@ _METHOD_LIST = [
         "ROAD",
         "RoadConfig",
         options.simple(group_size=16),
-        cannot_run={"hotswap": _HOTSWAP, (SEQ_CLS, "mixed-batch"): _NO_MIX_SEQ_CLS},
+        cannot_run={Operation("mixed-batch").on(Task(SEQ_CLS)): _NO_MIX_SEQ_CLS},
+        lifts={Operation("mixed-batch"): "PEFT implements adapter_names for RoAd"},
         note="group_size=16 must divide out_features (32 for the kv projections; default 64)",
     ),
     Method(
@@ -282,15 +403,16 @@ _METHOD_LIST = [
         "LILY",
         "LilyConfig",
         options.simple(rank_field="r"),
-        cannot_run={**TUNER_LIMITS, "merge-unmerge": "PEFT has no merge for Lily"},
-        note="defaults; PEFT has no merge for Lily",
+        cannot_run={Operation("merge-unmerge"): "PEFT has no merge for Lily"},
+        note="defaults",
     ),
     Method(
         "glora",
         "GLORA",
         "GloraConfig",
         options.simple(rank_field="r"),
-        cannot_run={"hotswap": _HOTSWAP, (SEQ_CLS, "mixed-batch"): _NO_MIX_SEQ_CLS},
+        cannot_run={Operation("mixed-batch").on(Task(SEQ_CLS)): _NO_MIX_SEQ_CLS},
+        lifts={Operation("mixed-batch"): "PEFT implements adapter_names for GLoRA"},
         note="defaults",
     ),
     Method("deft", "DEFT", "DeftConfig", options.simple(rank_field="r", dropout_field="deft_dropout"), note="defaults"),
@@ -335,8 +457,8 @@ _METHOD_LIST = [
         "OSF",
         "OSFConfig",
         options.simple(),
-        cannot_run={**TUNER_LIMITS, "merge-unmerge": "OSF models do not support unmerging"},
-        note="defaults (effective_rank = half the smaller dim); PEFT's OSF cannot unmerge",
+        cannot_run={Operation("merge-unmerge"): "OSF models do not support unmerging"},
+        note="defaults (effective_rank = half the smaller dim)",
     ),
     Method("peanut", "PEANUT", "PeanutConfig", options.simple(rank_field="r"), note="defaults"),
     Method(
@@ -358,7 +480,7 @@ _METHOD_LIST = [
         "BEFT",
         "BeftConfig",
         options.simple(),
-        cannot_run={**TUNER_LIMITS, ("llama", "merge-unmerge"): _NO_MERGE_NO_BIAS},
+        cannot_run={Operation("merge-unmerge").on(Architecture("llama")): _NO_MERGE_NO_BIAS},
         note="defaults (bias terms of the targeted layers)",
     ),
     Method(
@@ -375,12 +497,12 @@ _METHOD_LIST = [
         "ShadowConfig",
         options.shadow,
         cannot_run={
-            **TUNER_LIMITS,
-            SEQ_CLS: CAUSAL_LM_ONLY,
-            "merge-unmerge": "its adaptation is input-dependent, not a weight delta, so PEFT refuses to merge it",
+            Task(SEQ_CLS): CAUSAL_LM_ONLY,
+            Operation("merge-unmerge"): "its adaptation is input-dependent, not a weight delta, so PEFT refuses to "
+            "merge it",
         },
         architecture_specific=False,
-        note="wraps every decoder block, 1-layer mirrored shadow backbone; decoder-only; cannot be merged",
+        note="wraps every decoder block, 1-layer mirrored shadow backbone",
     ),
     Method(
         "xlora",
@@ -388,14 +510,13 @@ _METHOD_LIST = [
         "XLoraConfig",
         options.xlora,
         cannot_run={
-            **TUNER_LIMITS,
-            SEQ_CLS: CAUSAL_LM_ONLY,
-            "multi-adapter": "add_adapter fails ('XLoraConfig' object has no attribute 'target_modules')",
-            "merge-unmerge": "X-LoRA mixes its experts per token, so there is no one weight delta to merge",
-            "gradient-checkpointing": "gradient checkpointing trips a CheckpointError",
+            Task(SEQ_CLS): CAUSAL_LM_ONLY,
+            Operation("multi-adapter"): "add_adapter fails ('XLoraConfig' object has no attribute 'target_modules')",
+            Operation("merge-unmerge"): "X-LoRA mixes its experts per token, so there is no one weight delta to merge",
+            Operation("gradient-checkpointing"): "gradient checkpointing trips a CheckpointError",
         },
-        note="2 random LoRA experts written to a temp dir, depth-1 classifier, use_cache off. Seq-cls fails to load "
-        "the experts' classifier; gradient checkpointing trips a CheckpointError; merge is not meaningful",
+        note="2 random LoRA experts written to a temp dir, depth-1 classifier, use_cache off; on a seq-cls model it "
+        "fails to load the experts' classifier",
         base_config_overrides={"use_cache": False},
         peft_apis=("peft.utils.get_peft_model_state_dict",),
     ),
@@ -405,9 +526,8 @@ _METHOD_LIST = [
         "TrainableTokensConfig",
         options.trainable_tokens,
         cannot_run={
-            **TUNER_LIMITS,
-            ("qwen2", "multi-adapter"): f"{_TIED}: a second adapter fails ('wraps an unknown layer type')",
-            ("opt", "multi-adapter"): f"{_TIED}: a second adapter fails ('wraps an unknown layer type')",
+            Operation("multi-adapter").on(Architecture("qwen2")): _NO_SECOND_TIED,
+            Operation("multi-adapter").on(Architecture("opt")): _NO_SECOND_TIED,
         },
         architecture_specific=True,
         note=f"token ids {list(TRAINABLE_TOKEN_IDS)} of the input embedding (make_batch puts them in every row); "
@@ -447,8 +567,7 @@ _METHOD_LIST = [
         options.prompt_learning(),
         cannot_run=_KV_PREFIX_LIMITS,
         architecture_specific=True,
-        note=f"{NUM_VIRTUAL_TOKENS} virtual tokens fed as past_key_values (per-architecture cache handling); "
-        f"no gradient checkpointing: {_GC_PREFIX}",
+        note=f"{NUM_VIRTUAL_TOKENS} virtual tokens fed as past_key_values (per-architecture cache handling)",
     ),
     Method(
         "cartridge",
@@ -457,15 +576,14 @@ _METHOD_LIST = [
         options.prompt_learning(),
         cannot_run=_KV_PREFIX_LIMITS,
         architecture_specific=True,
-        note=f"{NUM_VIRTUAL_TOKENS}-token trainable KV prefix fed as past_key_values, first token frozen; "
-        f"no gradient checkpointing: {_GC_PREFIX}",
+        note=f"{NUM_VIRTUAL_TOKENS}-token trainable KV prefix fed as past_key_values, first token frozen",
     ),
     Method(
         "cpt",
         "CPT",
         "CPTConfig",
         options.cpt,
-        cannot_run={**TUNER_LIMITS, **_NO_WEIGHTS_TO_MERGE, SEQ_CLS: CAUSAL_LM_ONLY},
+        cannot_run={**_NO_WEIGHTS_TO_MERGE, Task(SEQ_CLS): CAUSAL_LM_ONLY},
         note="one 4-token in-context example (types 1-4); no input_type_mask in the batch (CPT mutates it)",
     ),
     Method(
@@ -474,12 +592,11 @@ _METHOD_LIST = [
         "AdaptionPromptConfig",
         options.adaption_prompt,
         cannot_run={
-            **TUNER_LIMITS,
-            SEQ_CLS: CAUSAL_LM_ONLY,
-            "qwen2": _ADAPTION_ARCHS,
-            "opt": _ADAPTION_ARCHS,
-            "bert": _ADAPTION_ARCHS,
-            "merge-unmerge": "it adds gated prompts to attention, not a weight delta to merge",
+            Task(SEQ_CLS): CAUSAL_LM_ONLY,
+            Architecture("qwen2"): _ADAPTION_ARCHS,
+            Architecture("opt"): _ADAPTION_ARCHS,
+            Architecture("bert"): _ADAPTION_ARCHS,
+            Operation("merge-unmerge"): "it adds gated prompts to attention, not a weight delta to merge",
         },
         architecture_specific=True,
         note=f"adapter_len={NUM_VIRTUAL_TOKENS} on the top layer (PEFT re-implements llama attention)",

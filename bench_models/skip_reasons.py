@@ -1,17 +1,16 @@
-"""Why a case cannot run: what the installed peft and packages lack, what a method declares in `cannot_run`, the
-zoo-wide `ZOO_RULES`, and quantized bases."""
+"""Why a case cannot run: what the installed peft and packages lack, a method's limits (`TUNER_LIMITS` with its own
+`cannot_run`, less its `lifts`), the zoo-wide `ZOO_RULES`, and quantized bases."""
 
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
 
 from .installed_peft import operation_lacks, peft_lacks
-from .methods import OPERATIONS, ZOO_RULES, Method, Selector, get_method
-from .models import CAUSAL_LM, MODELS, SEQ_CLS, ModelSpec, get_spec
+from .methods import OPERATIONS, ZOO_RULES, Architecture, Method, Operation, Task, get_method
+from .models import ModelSpec, get_spec
 from .quantized import method_on_quantized_skip_reason, operation_on_quantized_skip_reason, quantization_skip_reason
 
-# How a `cannot_run` reason reads in a skip message, by what its selector names.
+# How a limit's reason reads in a skip message, by what its selector names.
 _MESSAGES = {
     "task": "{method} does not support task {task} ({reason})",
     "architecture": "{method} on {arch}: {reason}",
@@ -26,19 +25,6 @@ def _message(kind: str, reason: str, method: Method, spec: ModelSpec, operation:
     )
 
 
-def unknown_selectors(cannot_run: Mapping[Selector, str]) -> list[Selector]:
-    """The selectors (a method's `cannot_run` keys, or ZOO_RULES') that name no architecture, task or operation."""
-    known = {spec.arch for spec in MODELS.values()} | {CAUSAL_LM, SEQ_CLS}
-    return [
-        selector
-        for selector in cannot_run
-        if not (
-            selector in known | set(OPERATIONS)
-            or (isinstance(selector, tuple) and selector[0] in known and selector[1] in OPERATIONS)
-        )
-    ]
-
-
 def skip_reason(model_key: str, method_name: str) -> str | None:
     """Why (model, method) cannot run here, or None."""
     spec = get_spec(model_key)
@@ -46,10 +32,10 @@ def skip_reason(model_key: str, method_name: str) -> str | None:
     lacking = peft_lacks(model_key, method_name)
     if lacking:
         return lacking
-    if spec.task in method.cannot_run:
-        return _message("task", method.cannot_run[spec.task], method, spec)
-    if spec.arch in method.cannot_run:
-        return _message("architecture", method.cannot_run[spec.arch], method, spec)
+    if Task(spec.task) in method.limits:
+        return _message("task", method.limits[Task(spec.task)], method, spec)
+    if Architecture(spec.arch) in method.limits:
+        return _message("architecture", method.limits[Architecture(spec.arch)], method, spec)
     missing = [pkg for pkg in method.requires if importlib.util.find_spec(pkg) is None]
     if missing:
         return f"{method.name} needs optional package(s) not installed: {', '.join(missing)}"
@@ -67,20 +53,21 @@ def operation_skip_reason(model_key: str, method_name: str, operation: str) -> s
     reason = skip_reason(model_key, method_name)
     if reason:
         return reason
-    method, spec = get_method(method_name), get_spec(model_key)
-    if operation in method.cannot_run:
-        return _message("operation", method.cannot_run[operation], method, spec, operation)
+    method, spec, selected = get_method(method_name), get_spec(model_key), Operation(operation)
+    if selected in method.limits:
+        return _message("operation", method.limits[selected], method, spec, operation)
     lacking = operation_lacks(operation)
     if lacking:
         return lacking
-    for selector in (spec.arch, spec.task):
-        if (selector, operation) in method.cannot_run:
-            return _message("pair", method.cannot_run[selector, operation], method, spec, operation, selector)
+    wheres = (Architecture(spec.arch), Task(spec.task))
+    for where in wheres:
+        if selected.on(where) in method.limits:
+            return _message("pair", method.limits[selected.on(where)], method, spec, operation, where.name)
     if spec.quantization:
         reason = operation_on_quantized_skip_reason(spec.quantization, operation)
         if reason:
             return reason
-    for selector in (spec.arch, spec.task):
-        if (selector, operation) in ZOO_RULES:
-            return ZOO_RULES[selector, operation].format(model=model_key, task=spec.task)
+    for where in wheres:
+        if selected.on(where) in ZOO_RULES:
+            return ZOO_RULES[selected.on(where)].format(model=model_key, task=spec.task)
     return None

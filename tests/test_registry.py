@@ -6,15 +6,17 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import re
 import subprocess
 import sys
 
 import peft
 import pytest
 
-from bench_models import EXCLUDED_PEFT_TYPES, METHODS, MODELS, operation_skip_reason, peft_lacks, skip_reason
-from bench_models.methods import ZOO_RULES
-from bench_models.skip_reasons import unknown_selectors
+from bench_models import EXCLUDED_PEFT_TYPES, METHODS, MODELS, Method, operation_skip_reason, peft_lacks, skip_reason
+from bench_models import config_builders as options
+from bench_models.methods import TUNER_LIMITS, Architecture, Operation, Task, check_selectors
+from bench_models.models import SEQ_CLS
 from tests.cases import SCENARIOS, cases_for, operation_of
 
 TINY = [key for key, spec in MODELS.items() if spec.cpu_matrix]
@@ -65,17 +67,66 @@ def test_every_method_of_an_exported_peft_type_is_buildable():
     assert not lacking, f"peft {peft.__version__} exports their PeftType, yet the registry says: {lacking}"
 
 
-def test_every_cannot_run_selector_names_an_architecture_task_or_operation():
-    """A misspelt selector ("merge", "llama2") would otherwise rule out nothing."""
-    tables = {"ZOO_RULES": ZOO_RULES} | {name: method.cannot_run for name, method in METHODS.items()}
-    wrong = {name: unknown_selectors(table) for name, table in tables.items() if unknown_selectors(table)}
-    assert not wrong, f"selectors that name no architecture, task or operation of the zoo: {wrong}"
+# ------------------------------------------------------------------------------ limits: cannot_run, lifts, note
+
+
+def a_method(**limits) -> Method:
+    return Method("brand-new", "LORA", "LoraConfig", options.lora, **limits)
 
 
 @pytest.mark.selftest
-def test_a_misspelt_selector_fails_the_selector_check():
-    cannot_run = {"merge": "typo", ("llama2", "hotswap"): "typo", ("bert", "generate"): "ok", "bert": "ok"}
-    assert unknown_selectors(cannot_run) == ["merge", ("llama2", "hotswap")]
+def test_a_method_s_own_cannot_run_adds_to_the_default_limits():
+    method = a_method(cannot_run={Operation("merge-unmerge"): "no merge"})
+    assert not method.supports("merge-unmerge")
+    assert not method.supports("mixed-batch") and not method.supports("hotswap")
+    assert dict(method.limits) == {**TUNER_LIMITS, Operation("merge-unmerge"): "no merge"}
+
+
+@pytest.mark.selftest
+def test_a_default_limit_goes_only_when_lifted_by_name_with_a_reason():
+    own_reason = a_method(cannot_run={Operation("hotswap"): "swaps LoRA only, this is not"})
+    assert own_reason.limits[Operation("hotswap")] == "swaps LoRA only, this is not"
+    lifted = a_method(lifts={Operation("hotswap"): "PEFT's hotswap_adapter swaps LoRA adapters"})
+    assert lifted.supports("hotswap") and not lifted.supports("mixed-batch")
+    with pytest.raises(ValueError, match=r"method 'brand-new': lifts Operation\('generate'\), which is not in TUNER"):
+        a_method(lifts={Operation("generate"): "not a default"})
+
+
+@pytest.mark.parametrize(
+    ("selector", "named"),
+    [
+        (Operation("merge"), "unknown operation 'merge'"),
+        (Architecture("llama2"), "unknown architecture 'llama2'"),
+        (Task("classification"), "unknown task 'classification'"),
+        (Operation("hotswap").on(Architecture("gpt2")), "unknown architecture 'gpt2'"),
+        (Operation("generat").on(Task(SEQ_CLS)), "unknown operation 'generat'"),
+        ("hotswap", "'hotswap', which is not a selector"),
+        (Operation("hotswap").on(Operation("generate")), "Operation('generate') where an Architecture or a Task"),
+    ],
+)
+@pytest.mark.selftest
+def test_an_unknown_selector_name_is_an_error_naming_it_and_the_method(selector, named):
+    with pytest.raises(ValueError, match=rf"^method 'brand-new' cannot_run names {re.escape(named)}"):
+        a_method(cannot_run={selector: "a reason"})
+    with pytest.raises(ValueError, match=rf"^ZOO_RULES names {re.escape(named)}"):
+        check_selectors("ZOO_RULES", {selector: "a reason"})
+
+
+def _word_runs(text: str, length: int = 4) -> set[tuple[str, ...]]:
+    words = re.findall(r"[\w'/-]+", text.lower())
+    return {tuple(words[i : i + length]) for i in range(len(words) - length + 1)}
+
+
+def test_no_note_restates_a_reason():
+    """A note is the person's words on the configuration; the reasons are the limits' and the lifts' (four words in
+    a row in common is a restatement)."""
+    restated = [
+        (name, reason)
+        for name, method in METHODS.items()
+        for reason in [*method.limits.values(), *method.lifts.values()]
+        if reason in method.note or _word_runs(reason) & _word_runs(method.note)
+    ]
+    assert not restated, f"notes that restate a reason (say it once, in cannot_run or lifts): {restated}"
 
 
 def test_cannot_run_reasons_are_in_the_skip_messages():

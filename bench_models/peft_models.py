@@ -5,7 +5,7 @@ from __future__ import annotations
 import peft
 import torch
 
-from .methods import get_method
+from .methods import Operation, get_method
 from .models import build_base_model, get_spec
 from .skip_reasons import skip_reason
 
@@ -58,7 +58,8 @@ def add_adapter(peft_model, model_key: str, method_name: str, adapter_name: str,
     """Add a second adapter of the same method (multi-adapter scenarios); the active adapter is unchanged."""
     method = get_method(method_name)
     if not method.supports("multi-adapter"):
-        raise NotImplementedError(f"PEFT does not support multiple {method_name} adapters ({method.note})")
+        why = method.limits.get(Operation("multi-adapter"), method.note)
+        raise NotImplementedError(f"PEFT does not support multiple {method_name} adapters ({why})")
     config = method.make_config(get_spec(model_key), rank=rank, dropout=dropout)
     torch.manual_seed(seed)
     peft_model.add_adapter(adapter_name, config)

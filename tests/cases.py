@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 from bench_models import CORE_METHODS, METHODS, MODELS, OPERATIONS
 from compile_audit.policy import CompilePolicy
@@ -21,114 +22,8 @@ SCENARIOS: dict[str, str | None] = {
     "ddp": None,
     "fsdp2": None,
 }
-EVERY = "<every method>"
-ARCHITECTURE_SPECIFIC = "<every method with architecture-specific code>"
-TINY_MODELS = tuple(key for key, spec in MODELS.items() if spec.cpu_matrix and not spec.quantization)
-QUANTIZED_MODELS = tuple(key for key, spec in MODELS.items() if spec.cpu_matrix and spec.quantization)
-LIFECYCLE_DEFAULT_METHODS = ("lora",)
-QUANTIZED_DEFAULT_METHODS = ("lora", "lora-dora")
-DISTRIBUTED_DEFAULT_METHODS = {"ddp": ("lora", "ia3"), "fsdp2": ("lora",)}
-DISTRIBUTED_SCENARIOS = tuple(DISTRIBUTED_DEFAULT_METHODS)
-
-
-@dataclasses.dataclass(frozen=True)
-class Selection:
-    """The CPU tier's cases of one scenario: model -> methods, by default and with --full-matrix, and why in one
-    line. A method list may hold EVERY or ARCHITECTURE_SPECIFIC (the methods with architecture-specific code)."""
-
-    default: dict[str, tuple[str, ...]]
-    full: dict[str, tuple[str, ...]]
-    why: str
-
-
-_EVERY_TINY = dict.fromkeys(TINY_MODELS, (EVERY,))
-_LIFECYCLE = Selection(
-    {"llama-tiny": LIFECYCLE_DEFAULT_METHODS, "bert-tiny": LIFECYCLE_DEFAULT_METHODS},
-    _EVERY_TINY,
-    "LoRA on a causal LM and on the classifier (PEFT's two task paths); every method that supports it with"
-    " --full-matrix",
-)
-_ON_LLAMA = Selection(
-    {"llama-tiny": LIFECYCLE_DEFAULT_METHODS}, _EVERY_TINY, "LoRA on llama-tiny; every method with --full-matrix"
-)
-
-
-def _distributed(scenario: str) -> Selection:
-    return Selection(
-        {"llama-tiny": DISTRIBUTED_DEFAULT_METHODS[scenario]},
-        {"llama-tiny": CORE_METHODS, **dict.fromkeys([m for m in TINY_MODELS if m != "llama-tiny"], ("lora",))},
-        "two ranks each: the core methods on llama-tiny and LoRA on the other models with --full-matrix only",
-    )
-
-
-# Every scenario's selection (a scenario missing here fails collection, naming it). Cases also left out of the
-# default run are in FULL_MATRIX_ONLY (below).
-SELECTION: dict[str, Selection] = {
-    "train-eval-train": Selection(
-        {
-            "llama-tiny": (EVERY,),
-            "qwen2-tiny": ("lora", ARCHITECTURE_SPECIFIC),
-            "opt-tiny": ("lora", ARCHITECTURE_SPECIFIC),
-            "bert-tiny": ("lora", "prompt-tuning", ARCHITECTURE_SPECIFIC),
-            **dict.fromkeys(QUANTIZED_MODELS, QUANTIZED_DEFAULT_METHODS),
-        },
-        {**_EVERY_TINY, **dict.fromkeys(QUANTIZED_MODELS, (EVERY,))},
-        "every method on llama-tiny; elsewhere LoRA, the architecture-specific methods and bert-tiny's prompt path;"
-        " QLoRA's two setups on the quantized bases",
-    ),
-    **{operation: _LIFECYCLE for operation in OPERATIONS},
-    "dynamic-modes": Selection(
-        {"llama-tiny": (*LIFECYCLE_DEFAULT_METHODS, "cartridge"), "bert-tiny": LIFECYCLE_DEFAULT_METHODS},
-        _EVERY_TINY,
-        "LoRA on both task paths, and Cartridge, whose one default case this is (a known failure: it recompiles on"
-        " every call); every method that supports it with --full-matrix",
-    ),
-    "depth": Selection(
-        {"llama-tiny": ("lora",)}, _EVERY_TINY, "LoRA at 1 and 4 layers; every method with --full-matrix"
-    ),
-    "trainer": Selection(
-        {"llama-tiny": ("lora", "lora-dora"), "bert-tiny": ("lora",)},
-        _EVERY_TINY,
-        "LoRA on both task paths and DoRA (under the recompile limit here, so its breaks stay judged)",
-    ),
-    "save-load": _ON_LLAMA,
-    "inject-compiled": _ON_LLAMA,
-    "inject-compiled-base": _ON_LLAMA,
-    **{scenario: _distributed(scenario) for scenario in DISTRIBUTED_SCENARIOS},
-}
-
-# Cases run with --full-matrix only, to keep the default run at 10 minutes; known failures hold only what they name
-# (compile_audit.verdict), so a known failure that is cheap stays in the default run, FRoD, Poly, ShiRA and WaveFT
-# (at the recompile limit) among them. (model, scenario) -> methods: DoRA in train-eval-train, here and on
-# bitsandbytes NF4, at the recompile limit (its breaks are guarded by llama-tiny/lora-dora/trainer, under the limit);
-# Cartridge, which recompiles on every call and whose split of those recompiles into expected and unexpected ones
-# depends on when the garbage collector frees the class it makes per call (its default case is dynamic-modes, whose
-# counts do not); LoRA with gradient checkpointing and dropout (peft#3020; bert-tiny's case stays) and
-# inject-compiled-base (`_orig_mod.` keys). DoRA at depth and under DDP and FSDP2 are left out of SELECTION's defaults.
-FULL_MATRIX_ONLY: dict[tuple[str, str], tuple[str, ...]] = {
-    ("llama-tiny", "train-eval-train"): ("lora-dora", "cartridge"),
-    ("llama-tiny-bnb4", "train-eval-train"): ("lora-dora",),
-    ("qwen2-tiny", "train-eval-train"): ("cartridge",),
-    ("opt-tiny", "train-eval-train"): ("cartridge",),
-    # Not a known failure: FP4 compiles as NF4 does (LoRA: the same counts; DoRA: the same recompile-limit known
-    # failure; 12 and), and NF4, QLoRA's default, runs by default.
-    ("llama-tiny-bnb4-fp4", "train-eval-train"): ("lora", "lora-dora"),
-    ("llama-tiny", "gradient-checkpointing"): ("lora",),
-    ("llama-tiny", "inject-compiled-base"): ("lora",),
-}
-# Quantized bases (bench_models/quantized.py) run train-eval-train only: LoRA and DoRA by default (QLoRA's two
-# setups; but FULL_MATRIX_ONLY), every method PEFT puts on their layers with --full-matrix; bitsandbytes also on the
-# GPU tier.
-GPU_QUANTIZED_MODELS = ("llama-tiny-bnb4", "llama-tiny-bnb4-fp4")
-GPU_MODELS = ("llama-tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b")
-
+DISTRIBUTED_SCENARIOS = ("ddp", "fsdp2")
 CPU_BACKENDS = ("eager", "aot_eager", "inductor")
-# Inductor on CPU compiles in tens of seconds per graph on 2 cores, so --cpu-backend inductor runs this selection only
-# (scenario -> model -> methods), with or without --full-matrix: the GPU tier's backend on the core methods, so that
-# inductor's compile, AOTAutograd with inductor and parity at inductor's tolerance run on every change.
-INDUCTOR_SELECTION: dict[str, dict[str, tuple[str, ...]]] = {
-    "train-eval-train": {"llama-tiny": ("lora", "lora-dora", "ia3", "prompt-tuning")},
-}
 # The plan of the scenarios that run a model more than once per case (depth: two depths; ddp/fsdp2: two ranks and an
 # eager reference), shorter than train-eval-train's: (phase, kind, sequence length). Two lengths before the first
 # eval exercise dynamic shapes; the first train -> eval -> train cycle ends at train-3, after which nothing may
@@ -215,24 +110,279 @@ def operation_of(scenario: str) -> str | None:
     return SCENARIOS[scenario]
 
 
+# Which cases exist is SELECTION, one table of rows: a case exists where a row names its scenario, model and method
+# and the method supports the scenario's operation (its limits in bench_models). The default run has the rows that are
+# not full_matrix_only, --full-matrix has every row. A row belongs to the runs of its cpu_backends (--cpu-backend):
+# its CPU-tier cases run on that backend, its GPU-tier cases on inductor.
+
+
+class Group(enum.Enum):
+    """Methods named by what they share, read from the registry (bench_models.METHODS)."""
+
+    EVERY = "every method"
+    ARCHITECTURE_SPECIFIC = "every method with architecture-specific code"
+    CORE = "the core methods (bench_models.CORE_METHODS)"
+
+    def includes(self, method: str) -> bool:
+        if self is Group.EVERY:
+            return True
+        if self is Group.ARCHITECTURE_SPECIFIC:
+            return METHODS[method].architecture_specific
+        return method in CORE_METHODS
+
+
+@dataclasses.dataclass(frozen=True)
+class Methods:
+    """A row's methods: these by name and every method of these groups, less those it leaves out by name."""
+
+    names: tuple[str, ...] = ()
+    groups: tuple[Group, ...] = ()
+    left_out: tuple[str, ...] = ()
+
+    def plus(self, *names: str) -> Methods:
+        return dataclasses.replace(self, names=(*self.names, *names))
+
+    def but(self, *names: str) -> Methods:
+        return dataclasses.replace(self, left_out=(*self.left_out, *names))
+
+    def resolve(self) -> list[str]:
+        """The methods, in registry order."""
+        return [m for m in METHODS if self._includes(m) and m not in self.left_out]
+
+    def _includes(self, method: str) -> bool:
+        return method in self.names or any(group.includes(method) for group in self.groups)
+
+    def problems(self) -> list[str]:
+        """What is wrong with the set: a name the registry does not have (the registry lists every method whatever
+        peft is installed, so none is dropped), a group that is not a Group, a method left out that it lacks."""
+        problems = [f"{group!r} is not a method group (Group)" for group in self.groups if not isinstance(group, Group)]
+        problems += [
+            f"unknown method {name!r} (not in bench_models.METHODS)"
+            for name in (*self.names, *self.left_out)
+            if name not in METHODS
+        ]
+        if problems:
+            return problems
+        problems += [
+            f"leaves out {name!r}, which it does not include" for name in self.left_out if not self._includes(name)
+        ]
+        return problems or ([] if self.resolve() else ["no method"])
+
+
+def named(*names: str) -> Methods:
+    return Methods(names=names)
+
+
+EVERY_METHOD = Methods(groups=(Group.EVERY,))
+ARCHITECTURE_SPECIFIC = Methods(groups=(Group.ARCHITECTURE_SPECIFIC,))
+CORE = Methods(groups=(Group.CORE,))
+
+DEVICES = ("cpu", "cuda")
+GPU_BACKEND = "inductor"
+# The --cpu-backend runs of the CPU matrix and of the GPU tier. Inductor on CPU compiles in tens of seconds per graph
+# on 2 cores, so --cpu-backend inductor runs its own rows only, with or without --full-matrix.
+DYNAMO_BACKENDS = ("eager", "aot_eager")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """Cases of SELECTION: every scenario x model x method of the row whose method supports the scenario, on
+    ``device`` (the tier), in the runs of ``cpu_backends``, by default or with --full-matrix only; ``why`` in one
+    line. A single scenario, model or backend may be given as a string."""
+
+    scenarios: tuple[str, ...]
+    models: tuple[str, ...]
+    methods: Methods
+    why: str
+    device: str = "cpu"
+    cpu_backends: tuple[str, ...] = DYNAMO_BACKENDS
+    full_matrix_only: bool = False
+
+    def __post_init__(self):
+        for name in ("scenarios", "models", "cpu_backends"):
+            if isinstance(getattr(self, name), str):
+                object.__setattr__(self, name, (getattr(self, name),))
+        problems = self.problems()
+        if problems:
+            raise ValueError(f"{self} in SELECTION (tests/cases.py): {'; '.join(problems)}")
+
+    def __str__(self) -> str:
+        scenarios = ", ".join(self.scenarios)
+        if len(self.scenarios) > 3:
+            scenarios = f"{', '.join(self.scenarios[:3])}, ... ({len(self.scenarios)} scenarios)"
+        return f"the row ({scenarios}; {', '.join(self.models)}; why {self.why!r})"
+
+    def problems(self) -> list[str]:
+        problems = [f"unknown scenario {s!r} (not in SCENARIOS)" for s in self.scenarios if s not in SCENARIOS]
+        problems += [f"unknown model {m!r} (not in bench_models.MODELS)" for m in self.models if m not in MODELS]
+        if self.device == "cpu":
+            problems += [
+                f"model {m!r} is not in the CPU matrix (its ModelSpec.cpu_matrix is False)"
+                for m in self.models
+                if m in MODELS and not MODELS[m].cpu_matrix
+            ]
+        elif self.device not in DEVICES:
+            problems.append(f"unknown device {self.device!r} (one of {', '.join(DEVICES)})")
+        problems += [
+            f"unknown backend {b!r} (one of {', '.join(CPU_BACKENDS)})"
+            for b in self.cpu_backends
+            if b not in CPU_BACKENDS
+        ]
+        if isinstance(self.methods, Methods):
+            problems += self.methods.problems()
+        else:
+            problems.append(
+                f"methods {self.methods!r} is not a Methods (named(...), EVERY_METHOD, ARCHITECTURE_SPECIFIC, CORE)"
+            )
+        empty = [name for name in ("scenarios", "models", "cpu_backends") if not getattr(self, name)]
+        problems += [f"no {name}" for name in empty] + ([] if str(self.why).strip() else ["no why"])
+        return problems
+
+
+TRAIN_EVAL_TRAIN = "train-eval-train"
+# Spelled out, not read from SCENARIOS, so that a new scenario has no row until one says which cases it runs.
+SINGLE_PROCESS = (
+    TRAIN_EVAL_TRAIN,
+    *OPERATIONS,
+    "dynamic-modes",
+    "depth",
+    "trainer",
+    "save-load",
+    "inject-compiled",
+    "inject-compiled-base",
+)
+TINY_MODELS = tuple(key for key, spec in MODELS.items() if spec.cpu_matrix and not spec.quantization)
+QUANTIZED_MODELS = tuple(key for key, spec in MODELS.items() if spec.cpu_matrix and spec.quantization)
+QUANTIZED_DEFAULT_METHODS = ("lora", "lora-dora")  # QLoRA's two setups
+GPU_MODELS = ("llama-tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b")
+GPU_QUANTIZED_MODELS = ("llama-tiny-bnb4", "llama-tiny-bnb4-fp4")
+_LORA_ON_BOTH_TASK_PATHS = (*(op for op in OPERATIONS if op != "gradient-checkpointing"), "dynamic-modes", "trainer")
+
+_unknown_core = [m for m in CORE_METHODS if m not in METHODS]
+if _unknown_core:
+    raise ValueError(f"CORE_METHODS (bench_models/slices.py) names unknown method(s) {_unknown_core}")
+
+# Known failures run in the default run wherever time allows, since they hold only what they name
+# (compile_audit.verdict): FRoD, Poly, ShiRA and WaveFT on llama-tiny, at the recompile limit, among them. The
+# default rows leave out what is too slow for a 10-minute run or judged elsewhere; --full-matrix runs it.
+SELECTION: tuple[Row, ...] = (
+    # The CPU tier, --full-matrix
+    Row(SINGLE_PROCESS, TINY_MODELS, EVERY_METHOD, "every method on every tiny architecture", full_matrix_only=True),
+    Row(
+        TRAIN_EVAL_TRAIN,
+        QUANTIZED_MODELS,
+        EVERY_METHOD,
+        "every method on the quantized bases (those PEFT has no layer for skip with the reason); FP4 only here, as it"
+        " compiles as NF4 does (LoRA: the same counts; DoRA: the same recompile-limit known failure)",
+        full_matrix_only=True,
+    ),
+    Row(
+        DISTRIBUTED_SCENARIOS,
+        "llama-tiny",
+        CORE,
+        "two ranks each: the core methods on llama-tiny",
+        full_matrix_only=True,
+    ),
+    Row(
+        DISTRIBUTED_SCENARIOS,
+        ("qwen2-tiny", "opt-tiny", "bert-tiny"),
+        named("lora"),
+        "two ranks each: LoRA on the other tiny architectures",
+        full_matrix_only=True,
+    ),
+    # The CPU tier, default run
+    Row(
+        TRAIN_EVAL_TRAIN,
+        "llama-tiny",
+        EVERY_METHOD.but("lora-dora", "cartridge"),
+        "every method on llama-tiny, but DoRA, at the recompile limit here (llama-tiny/lora-dora/trainer guards its"
+        " breaks), and Cartridge (its default case is in dynamic-modes)",
+    ),
+    Row(
+        TRAIN_EVAL_TRAIN,
+        ("qwen2-tiny", "opt-tiny"),
+        ARCHITECTURE_SPECIFIC.plus("lora").but("cartridge"),
+        "LoRA and the methods with architecture-specific code, but Cartridge",
+    ),
+    Row(
+        TRAIN_EVAL_TRAIN,
+        "bert-tiny",
+        ARCHITECTURE_SPECIFIC.plus("lora", "prompt-tuning"),
+        "LoRA, the methods with architecture-specific code and the classifier's prompt path",
+    ),
+    Row(TRAIN_EVAL_TRAIN, "llama-tiny-bnb4", named("lora"), "QLoRA on NF4 (DoRA on NF4 is at the recompile limit)"),
+    Row(TRAIN_EVAL_TRAIN, "llama-tiny-int8", named(*QUANTIZED_DEFAULT_METHODS), "QLoRA's two setups on torchao int8"),
+    Row(
+        _LORA_ON_BOTH_TASK_PATHS,
+        ("llama-tiny", "bert-tiny"),
+        named("lora"),
+        "LoRA on a causal LM and on the classifier (PEFT's two task paths)",
+    ),
+    Row(
+        "gradient-checkpointing",
+        "bert-tiny",
+        named("lora"),
+        "LoRA on the classifier; on llama-tiny, checkpointing with dropout is a known failure (peft#3020)",
+    ),
+    # Cartridge recompiles on every call; in train-eval-train how those recompiles split into expected and
+    # unexpected ones depends on when the garbage collector frees the class it makes per call, in dynamic-modes not.
+    Row("dynamic-modes", "llama-tiny", named("cartridge"), "Cartridge's default case, a known failure"),
+    Row("trainer", "llama-tiny", named("lora-dora"), "DoRA, under the recompile limit here, so its breaks stay judged"),
+    Row(
+        ("depth", "save-load", "inject-compiled"),
+        "llama-tiny",
+        named("lora"),
+        "LoRA on llama-tiny (depth: at 1 and 4 layers); inject-compiled-base, a known failure (`_orig_mod.` keys),"
+        " with --full-matrix only",
+    ),
+    Row("ddp", "llama-tiny", named("lora", "ia3"), "two ranks: LoRA and IA3 (DoRA is at the recompile limit)"),
+    Row("fsdp2", "llama-tiny", named("lora"), "two ranks: LoRA (IA3 compiles as LoRA does here, DoRA is at the limit)"),
+    # --cpu-backend inductor
+    Row(
+        TRAIN_EVAL_TRAIN,
+        "llama-tiny",
+        named("lora", "lora-dora", "ia3", "prompt-tuning"),
+        "the GPU tier's backend on four core methods: inductor's compile, AOTAutograd with inductor and parity at"
+        " inductor's tolerance on every change",
+        cpu_backends="inductor",
+    ),
+    # The GPU tier
+    Row(SINGLE_PROCESS, GPU_MODELS, EVERY_METHOD, "every method", device="cuda", full_matrix_only=True),
+    Row(TRAIN_EVAL_TRAIN, GPU_MODELS, CORE, "the core methods", device="cuda"),
+    Row(
+        tuple(s for s in (*SINGLE_PROCESS, *DISTRIBUTED_SCENARIOS) if s != TRAIN_EVAL_TRAIN),
+        GPU_MODELS,
+        named("lora"),
+        "LoRA in every other scenario; under DDP and FSDP2 (NCCL, one GPU per rank) with --full-matrix too",
+        device="cuda",
+    ),
+    Row(
+        TRAIN_EVAL_TRAIN,
+        GPU_QUANTIZED_MODELS,
+        named(*QUANTIZED_DEFAULT_METHODS),
+        "QLoRA's two setups on bitsandbytes NF4 and FP4",
+        device="cuda",
+    ),
+)
+_missing = [s for s in SCENARIOS if not any(s in row.scenarios for row in SELECTION)]
+if _missing:
+    raise ValueError(f"scenario(s) {_missing} have no entry in SELECTION (tests/cases.py): say which cases they run")
+
+
 def _supports(method: str, scenario: str) -> bool:
     operation = SCENARIOS[scenario]
     return operation is None or METHODS[method].supports(operation)
 
 
-def _resolve(methods: tuple[str, ...]) -> list[str]:
-    if EVERY in methods:
-        return list(METHODS)
-    if ARCHITECTURE_SPECIFIC in methods:
-        return [m for m in METHODS if m in methods or METHODS[m].architecture_specific]
-    return [m for m in methods if m in METHODS]
+_MODEL_ORDER = {model: i for i, model in enumerate(MODELS)}
+_METHOD_ORDER = {method: i for i, method in enumerate(METHODS)}
 
 
-def _cpu_methods(model: str, scenario: str, full_matrix: bool) -> list[str]:
-    if scenario not in SELECTION:
-        raise ValueError(f"scenario {scenario!r} has no entry in SELECTION (tests/cases.py): say which cases it runs")
-    selection = SELECTION[scenario]
-    return _resolve((selection.full if full_matrix else selection.default).get(model, ()))
+def _order(case: Case) -> tuple:
+    # Tier by tier; within one, the full-precision bases before the quantized ones, each in MODELS order (the GPU
+    # tier's full-size models come after the quantized tiny ones in MODELS); methods in registry order.
+    model = MODELS[case.model]
+    return (case.device != "cpu", bool(model.quantization), _MODEL_ORDER[case.model], _METHOD_ORDER[case.method])
 
 
 def cases_for(
@@ -257,35 +407,18 @@ def _cases_for(scenario: str, *, full_matrix: bool, cpu_backend: str) -> list[Ca
         raise ValueError(f"unknown scenario {scenario!r}; known scenarios: {', '.join(SCENARIOS)}")
     if cpu_backend not in CPU_BACKENDS:
         raise ValueError(f"--cpu-backend must be one of {CPU_BACKENDS}, got {cpu_backend!r}")
-    if cpu_backend == "inductor":
-        return [
-            Case(model, method, scenario, "cpu", cpu_backend)
-            for model, methods in INDUCTOR_SELECTION.get(scenario, {}).items()
-            for method in methods
-            if method in METHODS
-        ]
-    cases = []
-    for model, spec in MODELS.items():
-        if not spec.cpu_matrix:
-            continue
-        cases += [
-            Case(model, method, scenario, "cpu", cpu_backend)
-            for method in _cpu_methods(model, scenario, full_matrix)
-            if _supports(method, scenario)
-            and (full_matrix or method not in FULL_MATRIX_ONLY.get((model, scenario), ()))
-        ]
-    gpu_methods = list(METHODS) if full_matrix else [m for m in CORE_METHODS if m in METHODS]
-    if scenario in DISTRIBUTED_SCENARIOS or (scenario != "train-eval-train" and not full_matrix):
-        gpu_methods = [m for m in LIFECYCLE_DEFAULT_METHODS if m in METHODS]
-    for model in GPU_MODELS:
-        cases += [Case(model, m, scenario, "cuda", "inductor") for m in gpu_methods if _supports(m, scenario)]
-    if scenario == "train-eval-train":
-        cases += [
-            Case(m, method, scenario, "cuda", "inductor")
-            for m in GPU_QUANTIZED_MODELS
-            for method in QUANTIZED_DEFAULT_METHODS
-        ]
-    return cases
+    rows = [row for row in SELECTION if scenario in row.scenarios]
+    if not rows:
+        raise ValueError(f"scenario {scenario!r} has no entry in SELECTION (tests/cases.py): say which cases it runs")
+    cases = {
+        Case(model, method, scenario, row.device, cpu_backend if row.device == "cpu" else GPU_BACKEND)
+        for row in rows
+        if cpu_backend in row.cpu_backends and (full_matrix or not row.full_matrix_only)
+        for model in row.models
+        for method in row.methods.resolve()
+        if _supports(method, scenario)
+    }
+    return sorted(cases, key=_order)
 
 
 def all_case_ids() -> set[str]:
@@ -296,3 +429,17 @@ def all_case_ids() -> set[str]:
         for backend in CPU_BACKENDS
         for case in cases_for(scenario, full_matrix=True, cpu_backend=backend)
     }
+
+
+def _full_matrix_only() -> dict[tuple[str, str], tuple[str, ...]]:
+    left_out: dict[tuple[str, str], list[str]] = {}
+    for scenario in SCENARIOS:
+        default = set(_cases_for(scenario, full_matrix=False, cpu_backend="eager"))
+        for case in _cases_for(scenario, full_matrix=True, cpu_backend="eager"):
+            if case.tier == "cpu" and case not in default:
+                left_out.setdefault((case.model, scenario), []).append(case.method)
+    return {key: tuple(methods) for key, methods in left_out.items()}
+
+
+# (model, scenario) -> the CPU tier's methods that run with --full-matrix only, derived from SELECTION.
+FULL_MATRIX_ONLY = _full_matrix_only()

@@ -130,12 +130,16 @@ def load_cases(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, An
     return cases.versions, cases.by_id, gated_of(cases.report)
 
 
-def _why(message: str) -> str:
-    """A verdict's message names the counts on its first line and each problem on a "- " line after it: the first
-    problem says why; an exception's message (type first) says it on its first line."""
-    lines = str(message).strip().splitlines()
-    problems = [line.removeprefix("- ") for line in lines[1:] if line.startswith("- ")]
-    return f"{lines[0]} — {problems[0]}" if lines and problems else (lines[0] if lines else "")
+def _why(case: dict[str, Any]) -> str:
+    """Why a case got worse, from its record: the exception it raised, or the verdict's headline and its first
+    problem not held by a known failure; else the first line of its message (pytest's, for an error in a fixture)."""
+    if case.get("raised"):
+        return f"{case['raised']}: {case.get('error') or ''}".rstrip(": ")
+    problems = [p for p in case.get("problems") or [] if isinstance(p, dict) and not p.get("held")]
+    headline = case.get("headline")
+    if headline and problems and problems[0].get("summary"):
+        return f"{headline} — {problems[0]['summary']}"
+    return headline or _first_line(case.get("message"))
 
 
 def _first_line(text: Any, width: int = REASON_WIDTH) -> str:
@@ -315,8 +319,8 @@ def compare_case(
     status_delta = _status_delta(base["status"], head["status"])
     if status_delta:
         changes.append(Change("status", f"status {base['status']} -> {head['status']}", status_delta))
-    if status_delta > 0 and head.get("message"):  # why it got worse: the error raised, or the first problem
-        details.append(f"{head['status']}: {plain(_first_line(_why(head['message'])))}")
+    if status_delta > 0 and (why := _why(head)):  # why it got worse: the error raised, or the first problem
+        details.append(f"{head['status']}: {plain(_first_line(why))}")
     if audited(base) and audited(head):
         breaks = _count_change(
             "graph breaks (roots)", count(base, "graph_breaks", "count"), count(head, "graph_breaks", "count")

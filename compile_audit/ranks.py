@@ -65,6 +65,17 @@ class RankOutcome:
             return "(no stack dumped)"
         return "\n".join(lines[:STACK_LINES]) or "(no stack dumped)"
 
+    def summary(self) -> str | None:
+        """One line: the exception a rank raised (its traceback's last line), or how it died; None when it finished."""
+        if self.error is not None:
+            lines = [line.strip() for line in self.error.strip().splitlines() if line.strip()]
+            return lines[-1] if lines else f"rank {self.rank} raised"
+        if self.killed is not None:
+            return f"rank {self.rank} {self.killed} and was killed"
+        if self.exitcode != 0:
+            return f"rank {self.rank} exited with code {self.exitcode} without a traceback"
+        return None
+
     def failure(self) -> str | None:
         """Why this rank failed, with its traceback or the tail of its output; None when it finished cleanly."""
         if self.error is not None:

@@ -35,7 +35,7 @@ import enum
 from collections.abc import Sequence
 
 from compile_audit.budgets import KNOWN_FAILURE_KINDS, Budget, Observed, compare, known_value_shown
-from compile_audit.normalize import normalize
+from compile_audit.normalize import normalize, without_lines
 from compile_audit.result import AuditResult
 from compile_audit.roots import is_graph_break_id
 
@@ -66,6 +66,14 @@ class Problem:
     # What a known failure names to hold it: the frames at the recompile limit ("wrapped_func at
     # transformers/utils/deprecation.py"), or the failed check's name.
     names: tuple[str, ...] = ()
+    # One line that does not move with an edit (no line numbers, phase names or budget-file positions): what the
+    # report records, and what a proposed known-failure reason quotes. Empty: the text's first line, without lines.
+    summary: str = ""
+
+    @property
+    def brief(self) -> str:
+        first = self.text.strip().splitlines()[0] if self.text.strip() else ""
+        return self.summary or without_lines(first)
 
 
 def limit_frame(frame: str) -> str:
@@ -124,7 +132,7 @@ def _over_budget(result: AuditResult, budget: Budget, over: list[str], where: st
     if budget.note:
         section.append(f"budget note: {budget.note}")
     section += [f"budget {why}" for why in budget.explained_by]
-    return Problem(Kind.OVER_BUDGET, "\n".join(section))
+    return Problem(Kind.OVER_BUDGET, "\n".join(section), summary="over budget: " + "; ".join(over))
 
 
 def _new_signatures(result: AuditResult, budget: Budget, where: str) -> list[Problem]:
@@ -145,10 +153,15 @@ def _new_signatures(result: AuditResult, budget: Budget, where: str) -> list[Pro
     head = f"not in the budget ({where}), though the counts may be within it:"
     problems = []
     if by_id:
-        problems.append(Problem(Kind.NEW_ROOT, "\n".join([head, *by_id])))
+        problems.append(Problem(Kind.NEW_ROOT, "\n".join([head, *by_id]), summary=_not_in_budget(by_id)))
     if worded:
-        problems.append(Problem(Kind.NEW_SIGNATURE, "\n".join([head, *worded])))
+        problems.append(Problem(Kind.NEW_SIGNATURE, "\n".join([head, *worded]), summary=_not_in_budget(worded)))
     return problems
+
+
+def _not_in_budget(lines: list[str]) -> str:
+    more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+    return f"not in the budget: {without_lines(lines[0].strip())}{more}"
 
 
 def _tighten(result: AuditResult, budget: Budget, under: list[str], where: str) -> Problem | None:
@@ -167,6 +180,7 @@ def _tighten(result: AuditResult, budget: Budget, under: list[str], where: str) 
         f"tighten the budget ({where}): "
         + "; ".join(under + vanished)
         + " -- run `pytest --update-budgets` for this case and commit the file",
+        summary="tighten the budget: " + "; ".join(under + vanished),
     )
 
 
@@ -181,7 +195,8 @@ def _steady_state(result: AuditResult) -> Problem | None:
     for phase in steady:
         lines.append(f"  [{phase.name}] {phase.frames_compiled} frame(s) compiled")
         lines += [f"    {r.describe()}" for r in phase.recompiles]
-    return Problem(Kind.STEADY_STATE, "\n".join(lines), (STEADY_STATE_CHECK,))
+    summary = "steady state broken: a full cycle had run, yet later phases compiled again"
+    return Problem(Kind.STEADY_STATE, "\n".join(lines), (STEADY_STATE_CHECK,), summary)
 
 
 def _recompile_limit(result: AuditResult) -> Problem | None:
@@ -193,7 +208,9 @@ def _recompile_limit(result: AuditResult) -> Problem | None:
         " no budget allows it, only a known failure naming the frame (known_recompile_limit) holds it:"
     ]
     lines += [f"  {hit.describe()}" for hit in hits]
-    return Problem(Kind.RECOMPILE_LIMIT, "\n".join(lines), tuple(sorted({limit_frame(hit.frame) for hit in hits})))
+    frames = tuple(sorted({limit_frame(hit.frame) for hit in hits}))
+    summary = f"Dynamo hit its recompile limit and runs eagerly: {', '.join(frames)}"
+    return Problem(Kind.RECOMPILE_LIMIT, "\n".join(lines), frames, summary)
 
 
 def _check(check: str | tuple[str, str]) -> Problem:

@@ -37,6 +37,8 @@ STATE_BEFORE_SETUP = pytest.StashKey[dict]()
 FOOTPRINT = pytest.StashKey[FootprintRecorder]()
 PROBLEMS = pytest.StashKey[list]()  # the verdict's problems, structured, for the report
 RAISED = pytest.StashKey[str]()  # the type of the exception the test body raised
+ERROR = pytest.StashKey[str]()  # its message's first line
+HEADLINE = pytest.StashKey[str]()  # the verdict's first line
 POLICY = pytest.StashKey[CompilePolicy]()  # the settings the case ran under
 DEFAULT_BUDGETS = "tests/compile_budgets.toml"
 
@@ -255,6 +257,8 @@ def pytest_runtest_call(item: pytest.Item):
         result = None
     except Exception as exc:
         item.stash[RAISED] = type(exc).__name__
+        # An exception may say itself in one line (``summary``: a failed rank's own error, say).
+        item.stash[ERROR] = first_line(str(getattr(exc, "summary", None) or exc))
         if not _known_crash(audit, exc) or _runxfail(item.config):
             raise
         raised, result = exc, None
@@ -340,8 +344,10 @@ def _judge(item: pytest.Item, audit: CaseAudit, leaked: list[str]) -> None:
         updating=session.updating,
     )
     item.stash[PROBLEMS] = [
-        {"kind": p.kind.value, "names": list(p.names), "held": p in verdict.held} for p in verdict.problems
+        {"kind": p.kind.value, "names": list(p.names), "held": p in verdict.held, "summary": p.brief}
+        for p in verdict.problems
     ]
+    item.stash[HEADLINE] = first_line(verdict.message)
     for warning in verdict.warnings:
         item.warn(pytest.PytestWarning(f"{audit.case_id}: {warning}"))
     if (session.updating or session.record_path) and audit.result.audited and verdict.feeds_budget:
@@ -404,10 +410,17 @@ def case_audit(request: pytest.FixtureRequest, case: Any):
         "footprint_lines": _footprint_lines(request.node),
         "problems": request.node.stash.get(PROBLEMS, []),
         "raised": request.node.stash.get(RAISED, None),
+        "error": request.node.stash.get(ERROR, None),
+        "headline": request.node.stash.get(HEADLINE, None),
         "policy": _policy(request.node),
         "benchmarks": {},
     }
     request.node.user_properties.append((RECORD, record))
+
+
+def first_line(text: str, width: int = 400) -> str:
+    lines = text.strip().splitlines()
+    return lines[0][:width] if lines else ""
 
 
 def _policy(item: pytest.Item) -> dict[str, Any]:

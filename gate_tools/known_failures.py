@@ -24,12 +24,11 @@ from pathlib import Path
 
 from compile_audit.budgets import PROPOSED_REASON, Budget, BudgetFile, BudgetFileError
 from compile_audit.files import exclusive
-from compile_audit.normalize import normalize, without_ids
+from compile_audit.normalize import normalize, without_ids, without_lines
 from compile_audit.report import read_cases
 from compile_audit.verdict import BUDGET_KINDS as VERDICT_BUDGET_KINDS
 from compile_audit.verdict import limit_frame
 from gate_tools import checkout
-from gate_tools.stable_text import stable
 
 ROOT = checkout.find() or Path()  # the budgets file of the checkout, else of the current directory
 COMPILE_ID = re.compile(r"^\d+/\d+: ")
@@ -49,29 +48,21 @@ def limit_reason(case: dict) -> str | None:
 
 
 def error_reason(case: dict) -> str | None:
-    """The exception line of a case that raised, e.g. 'RuntimeError: ...'."""
-    lines = [line.strip() for line in (case.get("message") or "").splitlines() if line.strip()]
-    errors = [line.removeprefix("E ").strip() for line in lines if line.startswith("E ")]
-    raised = [line for line in errors if re.match(r"^[\w.]+(Error|Exception|Unsupported)\b", line)]
-    # A distributed case's rank raised in its own process: the test raises RankFailed, the type a known failure must
-    # name to hold the crash (compile_gate.plugin._known_crash); the rank's own error says why.
-    if any(re.match(r"^[\w.]*RankFailed\b", line) for line in errors):
-        return f"raises RankFailed: {raised[0][:400] if raised else 'a rank failed'}"
-    if raised:
-        return f"raises {raised[0][:400]}"
-    return None
-
-
-BUDGET_PROBLEMS = ("over budget", "tighten the budget", "not in the budget")
+    """The exception of a case that raised, from its record: 'raises RuntimeError: ...' (a distributed case's
+    RankFailed carries the rank's own error in its message)."""
+    if not case.get("raised"):
+        return None
+    error = without_lines(str(case.get("error") or ""))[:400]
+    return f"raises {case['raised']}: {error}" if error else f"raises {case['raised']}"
 
 
 def check_reason(case: dict) -> str | None:
-    """The first failed check of the verdict ('- ...' lines), unless a budget problem is among them: those get a
-    budget (--update-budgets), not a known failure."""
-    problems = [line[2:].strip() for line in (case.get("message") or "").splitlines() if line.startswith("- ")]
-    if not problems or any(text in line for line in problems for text in BUDGET_PROBLEMS):
+    """The verdict's first problem, in its stable one-line summary, unless a budget problem is among them: those
+    get a budget (--update-budgets), not a known failure."""
+    problems = [p for p in case.get("problems") or [] if isinstance(p, dict)]
+    if not problems or any(p.get("kind") in BUDGET_KINDS for p in problems):
         return None
-    return f"fails: {stable(problems[0][:400])}"
+    return f"fails: {str(problems[0].get('summary') or problems[0].get('kind'))[:400]}"
 
 
 def reason_for(case: dict) -> str | None:

@@ -49,7 +49,12 @@ PLAN, FIRST_CYCLE_ENDS = SHORT_CYCLE_PLAN, SHORT_CYCLE_ENDS
 
 
 class RankFailed(Exception):
-    """A rank raised, died or hung; the message holds each failed rank's traceback or last output."""
+    """A rank raised, died or hung; the message holds each failed rank's traceback or last output, ``summary`` the
+    first failed rank's own error in one line (what the report records as the case's error)."""
+
+    def __init__(self, message: str, summary: str) -> None:
+        super().__init__(message)
+        self.summary = summary
 
 
 def global_batch(case, step: int, length: int, device: str) -> dict[str, torch.Tensor]:
@@ -124,7 +129,8 @@ def run_distributed_case(case, device, make_peft_model, case_audit, tmp_path) ->
         case_audit.result = merge_rank_results(audits)
     failures = [o.failure() for o in outcomes if o.failure()]
     if failures:
-        raise RankFailed(f"{case.id}: " + "\n\n".join(failures))
+        summary = next(o.summary() for o in outcomes if o.failure())
+        raise RankFailed(f"{case.id}: " + "\n\n".join(failures), summary)
     if any("stopped_in" in o.shipped for o in outcomes):
         return  # a known failure hit the recompile limit again and stopped the ranks: the verdict is settled
 

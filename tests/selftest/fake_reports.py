@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from compile_audit.guards import parse_guard_failure
+from compile_audit.normalize import normalize
 from compile_audit.report import SCHEMA
 
 VERSIONS = {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.24.0", "peft": "0.21.2"}
@@ -45,13 +47,15 @@ def root_of(brk: dict[str, Any]) -> dict[str, Any]:
 
 def recompile(phase: str, reason: str, expected: bool, frame: str = "forward at peft/peft_model.py:1801") -> dict:
     compile_id = reason.split(":", 1)[0]
+    guard = reason.split(": ", 1)[-1]
     return {
         "phase": phase,
         "frame": frame,
         "compile_id": compile_id.split("/")[0] + "/1",
         "expected": expected,
         "reason": reason,
-        "failures": [{"entry": compile_id, "guard": reason.split(": ", 1)[-1], "location": "peft/peft_model.py:1811"}],
+        "signature": f"{normalize(frame)}: {parse_guard_failure(guard).kind}",  # as Recompile.signature makes it
+        "failures": [{"entry": compile_id, "guard": guard, "location": "peft/peft_model.py:1811"}],
     }
 
 

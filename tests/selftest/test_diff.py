@@ -321,6 +321,8 @@ def test_a_failed_verdict_names_its_first_problem(tmp_path, capsys):
     headline = f"{LORA}: graph breaks 0/0, unexpected recompiles 0/0, expected 1/any"
     message = f"{headline}\n- [eval-1] compiled eval vs eager eval logits: x"
     failed = fake.case(LORA, "failed", message=message)
+    failed["headline"] = headline
+    failed["problems"] = [{"kind": "check", "names": ["parity"], "held": False, "summary": message.split("- ")[1]}]
     code, out, _ = _run(tmp_path, fake.base_cases(), _head_with(**{LORA: failed}), capsys=capsys)
     assert code == 1
     assert "— \\[eval-1\\] compiled eval vs eager eval logits: x" in out

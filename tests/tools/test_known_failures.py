@@ -4,10 +4,12 @@ the run gave, nothing else."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 from compile_audit.budgets import BudgetFile
+from compile_audit.ranks import RankOutcome
 from gate_tools import known_failures as record_known_failures
 from tests.selftest import fake_reports as fake
 
@@ -36,11 +38,14 @@ def _report(tmp_path):
     limit = fake.case("opt-tiny/frod/save-load", "failed", message="recompile limit hit")
     limit["recompiles"]["limit_hits"] = [LIMIT_HIT]
     raised = fake.case("llama-tiny-bnb4/lora-dora/save-load", "failed", message=RAISED, audited=False)
-    raised["raised"] = "RuntimeError"
+    raised["raised"], raised["error"] = "RuntimeError", "absmax must be float32, got torch.bfloat16"
     over = fake.case("llama-tiny/loha/save-load", "failed", message=OVER_BUDGET)  # a budget, not a known failure
     over["problems"] = [{"kind": "over budget", "names": []}, {"kind": "check", "names": ["saved adapter"]}]
     check = fake.case("opt-tiny/lora/inject-compiled-base", "failed", message=CHECK)
-    check["problems"] = [{"kind": "check", "names": ["saved adapter"]}, {"kind": "check", "names": ["saved adapter"]}]
+    check["problems"] = [
+        {"kind": "check", "names": ["saved adapter"], "summary": CHECK.splitlines()[1].removeprefix("- ")},
+        {"kind": "check", "names": ["saved adapter"], "summary": CHECK.splitlines()[2].removeprefix("- ")},
+    ]
     known = fake.case("llama-tiny/ia3/save-load", "failed", message="E   ValueError: new")  # already known
     known["raised"] = "ValueError"
     two = fake.case("llama-tiny/cartridge/train-eval-train", "failed", message="limit and steady state")
@@ -121,6 +126,15 @@ def test_an_unreadable_report_exits_2_naming_it(tmp_path, capsys):
 
 
 def test_a_rank_that_raised_is_marked_with_the_type_the_test_raises():
-    message = "E   tests.test_distributed.RankFailed: x/ddp: rank 0 raised:\nE   AttributeError: 'float' object"
-    case = fake.case("llama-tiny/lora-dora/ddp", "failed", message=message)
+    case = fake.case("llama-tiny/lora-dora/ddp", "failed", message="the message is not read")
+    case["raised"], case["error"] = "RankFailed", "AttributeError: 'float' object"
     assert record_known_failures.error_reason(case) == "raises RankFailed: AttributeError: 'float' object"
+
+
+def test_a_rank_says_its_own_error_in_one_line():
+    traceback = "Traceback (most recent call last):\n  ...\nValueError: bad\n"
+    outcome = RankOutcome(1, 1, None, {}, traceback, Path("x"), 0.1)
+    assert outcome.summary() == "ValueError: bad"
+    assert RankOutcome(0, None, "hung past the deadline", {}, None, Path("x"), 9).summary() == (
+        "rank 0 hung past the deadline and was killed"
+    )

@@ -8,6 +8,7 @@ the benchmark-only session compiles nothing and runs in process, so the test can
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -264,3 +265,44 @@ def test_malformed_file_stops_the_session_with_a_clear_error(toy_zoo: pytest.Pyt
     result = toy_zoo.runpytest(f"--budgets={path}", "--collect-only", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*malformed budgets file: {path}:1: entry 'x/y/z': graph_breaks must be*"])
+
+
+def _usage_error(toy_zoo: pytest.Pytester, *args: str) -> str:
+    result = toy_zoo.runpytest(*args, "--collect-only", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
+    return result.stderr.str()
+
+
+@pytest.mark.parametrize(
+    ("option", "under"), [("--record-budgets", "sub/recorded.toml"), ("--compile-report", "r.json")]
+)
+def test_an_output_under_a_file_is_a_usage_error_naming_that_file(toy_zoo: pytest.Pytester, option, under):
+    """Before the first case: the option, the path, and why (a file stands where a folder must be)."""
+    blocker = toy_zoo.path / "blocker"
+    blocker.write_text("")
+    target = blocker / under
+    missing = f"cannot create the folder {target.parent}: " if target.parent != blocker else ""
+    error = _usage_error(toy_zoo, f"{option}={target}")
+    assert f"{option}: cannot write {target}: {missing}{blocker} is a file, not a folder" in error
+
+
+def test_budgets_that_are_a_folder_are_a_usage_error_with_or_without_update(toy_zoo: pytest.Pytester):
+    """--update-budgets writes the --budgets file: it is checked like every other output, before the first case."""
+    folder = toy_zoo.path / "budgets"
+    folder.mkdir()
+    error = _usage_error(toy_zoo, f"--budgets={folder}", "--update-budgets")
+    assert f"--update-budgets: cannot write {folder}: it is a folder" in error
+    assert f"budgets file {folder}: cannot read it: Is a directory" in _usage_error(toy_zoo, f"--budgets={folder}")
+
+
+def test_an_output_in_a_read_only_folder_is_a_usage_error(toy_zoo: pytest.Pytester):
+    folder = toy_zoo.path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("this user writes into read-only folders (root)")
+        error = _usage_error(toy_zoo, f"--compile-report={folder / 'report.json'}")
+    finally:
+        folder.chmod(0o755)
+    assert f"--compile-report: cannot write {folder / 'report.json'}: {folder} is not writable (Permission" in error

@@ -503,22 +503,35 @@ def write_matrix(shell: Shell, head: Side, snapshot: Path) -> None:
 
 def fetch_source(shell: Shell, side: Side) -> Path:
     """The side's PEFT package, without its dependencies (seconds): the selection reads its source before anything
-    heavy is installed, and a SPEC pip cannot install fails here, with pip's reason."""
+    heavy is installed, and a SPEC pip cannot install fails here, with pip's reason, whatever --select."""
     target = side.work / "source"
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-compile", "--target", target, side.spec]
     say(f"{side.name}: fetching {side.spec!r} without dependencies (log: {shown(side.install_log)})")
     if shell.run(cmd, log=side.install_log, env=dict(os.environ), cwd=side.work) != 0:
-        raise GateError(f"{side.name}: pip cannot install {side.spec!r}: {_pip_reason(side.install_log)}")
+        output = side.install_log.read_text(encoding="utf-8", errors="replace") if side.install_log.exists() else ""
+        reason = pip_reason(output)
+        raise GateError(f"{side.name}: pip cannot install {side.spec!r}: {reason} (see {shown(side.install_log)})")
     package = target / "peft"
     if not (package / "__init__.py").is_file():
         raise GateError(f"{side.name}: {side.spec!r} installed no 'peft' package (see {shown(side.install_log)})")
     return package
 
 
-def _pip_reason(log: Path) -> str:
-    lines = log.read_text(encoding="utf-8", errors="replace").splitlines() if log.exists() else []
-    errors = [line.strip() for line in lines if line.strip().startswith("ERROR:")]
-    return (errors or [line.strip() for line in lines if line.strip()] or ["no output"])[-1][:400]
+def pip_reason(output: str, limit: int = 600) -> str:
+    """pip's reason in one line: its ``ERROR:`` lines (else its last line), the versions an index has cut to the
+    newest few ("Could not find a version that satisfies ... (from versions: ...)")."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [_newest_versions(line) for line in lines if line.startswith("ERROR:")]
+    reason = "; ".join(dict.fromkeys(errors)) or (lines or ["no output"])[-1]
+    return reason if len(reason) <= limit else reason[: limit - 3] + "..."
+
+
+def _newest_versions(line: str, keep: int = 5) -> str:
+    match = re.search(r"\(from versions: ([^)]*)\)", line)
+    versions = match[1].split(", ") if match else []
+    if len(versions) <= keep:
+        return line
+    return line.replace(match[0], f"(from versions: ..., {', '.join(versions[-keep:])})")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -656,7 +669,8 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     head = Side("head", opts.head, opts.out, work / "head")
     for side in (base, head):
         side.work.mkdir(parents=True)
-    sources = (fetch_source(shell, base), fetch_source(shell, head)) if opts.select == "change" else None
+    # Whatever --select: the fetch is the check of both SPECs, seconds before anything heavy.
+    sources = (fetch_source(shell, base), fetch_source(shell, head))
     chosen = choose_selection(opts, sources)
     if chosen.cases == 0:
         return _no_run(opts, "the change selects no compile case (selection.md)")

@@ -286,16 +286,50 @@ def test_a_change_no_recorded_case_ran_runs_nothing(run_gate):
     assert status == 0 and "no recorded case ran the changed code" in out and shell.pytest_runs() == []
 
 
-def test_a_spec_pip_cannot_install_fails_before_anything_heavy_with_pips_reason(run_gate, tmp_path):
+@pytest.mark.parametrize("select", ["change", "default", "full"])
+def test_a_spec_pip_cannot_install_fails_before_anything_heavy_with_pips_reason(run_gate, tmp_path, select):
+    """Whatever --select: the default and the full matrix need no source, and still check both SPECs first."""
     shell = FakeShell()
     shell.failing_installs.add("peft==0.0.0.nonexistent")
-    status, _, err = run_gate(shell, base="peft==0.0.0.nonexistent")
+    status, _, err = run_gate(shell, "--select", select, base="peft==0.0.0.nonexistent")
     assert status == 2
     assert err == [
         "gate: base: pip cannot install 'peft==0.0.0.nonexistent': ERROR: No matching distribution found for"
-        " peft==0.0.0.nonexistent"
+        f" peft==0.0.0.nonexistent (see {tmp_path / 'out' / 'base-install.log'})"
     ]
     assert not shell.ran("venv") and shell.pytest_runs() == []
+
+
+# What pip 26 printed for a version an index lacks, and for a requirement it cannot parse (a backslash joins a line
+# cut here for its length).
+PIP_NO_VERSION = """$ python -m pip install --no-deps --no-compile --target /w/base/source peft==99.0.0
+Looking in indexes: https://pypi.org/simple
+WARNING: Location 'file:///opt/pypi-more/simple/peft/' is ignored: it is neither a file nor a directory.
+ERROR: Could not find a version that satisfies the requirement peft==99.0.0 (from versions: 0.0.1, 0.0.2, 0.1.0, \
+0.2.0, 0.3.0, 0.17.1, 0.18.0rc0, 0.18.0, 0.18.1, 0.19.0, 0.19.1, 0.20.0, 0.21.0, 0.21.1, 0.21.2)
+ERROR: No matching distribution found for peft==99.0.0
+"""
+PIP_INVALID = """ERROR: Invalid requirement: 'peft==0.0.0.x': Expected comma (within version specifier), \
+semicolon (after version specifier) or end
+    peft==0.0.0.x
+        ~~~~~~~^
+"""
+
+
+def test_pips_reason_is_its_error_lines_with_the_newest_versions_an_index_has():
+    assert gate.pip_reason(PIP_NO_VERSION) == (
+        "ERROR: Could not find a version that satisfies the requirement peft==99.0.0 (from versions: ..., 0.19.1,"
+        " 0.20.0, 0.21.0, 0.21.1, 0.21.2); ERROR: No matching distribution found for peft==99.0.0"
+    )
+    assert gate.pip_reason(PIP_INVALID) == (
+        "ERROR: Invalid requirement: 'peft==0.0.0.x': Expected comma (within version specifier), semicolon (after"
+        " version specifier) or end"
+    )
+    assert gate.pip_reason("$ python -m pip install peft\n/usr/bin/python3: No module named pip\n") == (
+        "/usr/bin/python3: No module named pip"
+    )
+    assert gate.pip_reason("") == "no output"
+    assert len(gate.pip_reason("ERROR: " + "x" * 2000)) == 600
 
 
 def test_an_install_failure_exits_2_naming_the_spec_and_its_log(run_gate, tmp_path):

@@ -26,3 +26,19 @@ def test_a_warning_those_loggers_log_later_still_shows():
     code = "import bench_models, logging; logging.getLogger('torchao').warning('later')"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "later" in done.stderr
+
+
+def test_a_pytest_session_starts_without_backend_noise():
+    """What a newcomer runs first: a pytest session loads the plugin and the conftest (the zoo, PEFT, its backends).
+    With -s: pytest's capture swallows what the conftest prints while it is imported, so only -s shows the noise."""
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-s", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*command, "tests/test_budgets_file.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert not [line for line in output.splitlines() if any(n in line for n in NOISE)], output

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from compile_audit.policy import CompilePolicy
+from compile_audit.probe.policy import CompilePolicy
 
 
 @pytest.hookspec(firstresult=True)
@@ -23,6 +23,6 @@ def pytest_compile_gate_versions(config: pytest.Config) -> dict[str, str] | None
 
 @pytest.hookspec(firstresult=True)
 def pytest_compile_gate_policy(case: Any, audited: bool, config: pytest.Config) -> CompilePolicy | None:
-    """The settings the test of ``case`` runs under (:class:`compile_audit.policy.CompilePolicy`), applied by the gate
-    before the case's other fixtures and recorded in its report record; ``audited``: the test is judged (it uses
+    """The settings the test of ``case`` runs under (:class:`compile_audit.probe.policy.CompilePolicy`), applied by the
+    gate before the case's other fixtures and recorded in its report record; ``audited``: the test is judged (it uses
     ``case_audit``). ``None``: torch's defaults."""

@@ -3,7 +3,7 @@
 A zoo provides a ``case`` fixture (an object with ``id``, ``tier``, ``backend`` and, optionally,
 ``report_fields()``) and, in its conftest, the hooks of :mod:`compile_gate.hookspecs`. A test that uses the
 ``case_audit`` fixture is judged against its budget when its body returns; one verdict, from
-:func:`compile_audit.verdict.judge`.
+:func:`compile_audit.rules.verdict.judge`.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from typing import Any
 import pytest
 import torch
 
-from compile_audit import global_state
-from compile_audit.budgets import BudgetFile, BudgetFileError
-from compile_audit.case import CaseAudit, KnownFailureConfirmed, reset_dynamo
-from compile_audit.collector import freeze_survivors
-from compile_audit.footprint import FootprintRecorder
-from compile_audit.footprint import active as footprint_active
-from compile_audit.policy import CompilePolicy
-from compile_audit.report import summary_table
-from compile_audit.verdict import observed
-from compile_audit.versions import DEFAULT_GATED
+from compile_audit.artifacts.report import summary_table
+from compile_audit.probe import global_state
+from compile_audit.probe.collector import freeze_survivors
+from compile_audit.probe.footprint import FootprintRecorder
+from compile_audit.probe.footprint import active as footprint_active
+from compile_audit.probe.policy import CompilePolicy
+from compile_audit.rules.budgets import BudgetFile, BudgetFileError
+from compile_audit.rules.case import CaseAudit, KnownFailureConfirmed, reset_dynamo
+from compile_audit.rules.verdict import observed
+from compile_audit.rules.versions import DEFAULT_GATED
 from compile_gate import hookspecs
 from compile_gate.session import BENCHMARKS, PROPOSAL, RECORD, GateSession, json_safe
 
@@ -62,13 +62,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--footprints-only",
         action="store_true",
         help="run every case with Dynamo disabled, only to record its footprint into the report; judges nothing"
-        " (python -m compile_audit.change_selection record)",
+        " (python -m compile_audit.artifacts.change_selection record)",
     )
     parser.addini("compile_budgets", "budgets file, relative to the rootdir", default=DEFAULT_BUDGETS)
     parser.addini(
         "compile_footprint_packages",
-        "top-level packages of the code under test: what each case's footprint records (compile_audit.footprint),"
-        " and the frame a root outside them names (compile_audit.roots)",
+        "top-level packages of the code under test: what each case's footprint records (compile_audit.probe.footprint),"
+        " and the frame a root outside them names (compile_audit.rules.roots)",
         type="linelist",
         default=[],
     )
@@ -186,7 +186,7 @@ def _unwritable(path: Path) -> str | None:
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What collection imported lives for the whole session: out of the collector's reach, the collection before each
-    phase (``compile_audit.collector``) stays cheap."""
+    phase (``compile_audit.probe.collector``) stays cheap."""
     freeze_survivors()
 
 
@@ -245,7 +245,7 @@ def pytest_runtest_call(item: pytest.Item):
     """Judge the case's audit when the test body has returned, or when the audit stopped it because a known failure
     hit the recompile limit again (the verdict is settled). A body that raised fails with its traceback, unless the
     case is a known failure whose reason names that exception type (a crash of another kind still fails). A body
-    that changed process-wide torch settings (``compile_audit.global_state``) fails, naming each one."""
+    that changed process-wide torch settings (``compile_audit.probe.global_state``) fails, naming each one."""
     audit = item.stash.get(AUDIT, None)
     before = global_state.snapshot() if _is_case(item) else None
     raised = None

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from compile_audit.budgets import Budget, BudgetFile
+from compile_audit.artifacts.report import build_report, write_report
 from compile_audit.files import exclusive
-from compile_audit.report import build_report, write_report
-from compile_audit.versions import DEFAULT_GATED, gated
+from compile_audit.rules.budgets import Budget, BudgetFile
+from compile_audit.rules.versions import DEFAULT_GATED, gated
 
 RECORD = "compile_gate_case"  # user_properties keys
 BENCHMARKS = "compile_gate_benchmarks"

@@ -6,7 +6,8 @@ needs it, then the diff.
 
 First both PEFT SPECs are fetched without their dependencies (anything pip installs: ``peft==0.21.2``, a local
 path, ``git+https://github.com/huggingface/peft@<ref>``), and the selection is computed from their source
-(``--select change``: the cases that ran a function whose executed code differs, compile_audit.change_selection).
+(``--select change``: the cases that ran a function whose executed code differs,
+compile_audit.artifacts.change_selection).
 A change that selects no case ends there, with exit 0 and the reason, before any virtualenv is built.
 
 Head then runs the selection in a fresh virtualenv with torch (``--torch``, default: the torch version of the
@@ -16,7 +17,8 @@ case head passes cannot have regressed (the budgets judged it), so base runs onl
 versions base runs the whole selection. Base gets the same torch and pins. Both sides run a snapshot of this
 checkout taken at the start, with their own inductor cache, and write into OUT: ``base.json``/``head.json``
 (compile reports), ``base.log``/``head.log`` (pytest), ``*-install.log`` (pip), ``*-environment.txt`` (pip
-freeze), ``selection.md``, ``head-matrix.md`` and ``diff.md`` (python -m compile_audit.diff). Nothing is installed
+freeze), ``selection.md``, ``head-matrix.md`` and ``diff.md`` (python -m compile_audit.artifacts.diff). Nothing is
+installed
 into the calling Python and nothing is written into the checkout.
 
 Exit status: 0 when nothing regressed, 1 when head regressed, 2 for anything else (an install failure, an
@@ -41,9 +43,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from compile_audit.change_selection import Selection, select_between
-from compile_audit.footprints_file import FootprintsError
-from compile_audit.footprints_file import load as load_footprints
+from compile_audit.artifacts.change_selection import Selection, select_between
+from compile_audit.artifacts.footprints_file import FootprintsError
+from compile_audit.artifacts.footprints_file import load as load_footprints
 from gate_tools import checkout
 from gate_tools.venv import ScratchVenv
 
@@ -111,7 +113,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument(
         "--rerun-failed", action="store_true", help=f"rerun head's failed cases with TORCH_LOGS={RERUN_TORCH_LOGS}"
     )
-    parser.add_argument("--chart", action="store_true", help="mermaid charts in diff.md (python -m compile_audit.diff)")
+    parser.add_argument(
+        "--chart", action="store_true", help="mermaid charts in diff.md (python -m compile_audit.artifacts.diff)"
+    )
     parser.add_argument(
         "--select",
         choices=SELECTIONS,
@@ -129,7 +133,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--shard",
         metavar="K/N",
         help="run shard K of N of the selection on both sides (pytest-split, balanced by tests/durations.json);"
-        " merge the shards' base.json and head.json with python -m compile_audit.merge, then diff",
+        " merge the shards' base.json and head.json with python -m compile_audit.artifacts.merge, then diff",
     )
     parser.add_argument(
         "--jobs",
@@ -480,13 +484,13 @@ def _clear_outputs(out: Path) -> None:
 
 def run_diff(shell: Shell, base: Side, head: Side, snapshot: Path, opts: Options, head_report: Path) -> int:
     out = opts.out / "diff.md"
-    cmd = [head.python, "-m", "compile_audit.diff", base.report, head_report, "--output", out]
+    cmd = [head.python, "-m", "compile_audit.artifacts.diff", base.report, head_report, "--output", out]
     status, _, stderr = shell.capture(
         [*cmd, *(["--chart"] if opts.chart else [])], env=head.env(snapshot), cwd=snapshot
     )
     if status not in (EXIT_OK, EXIT_REGRESSION):
         detail = " ".join((stderr.strip().splitlines() or ["no message"])[-1].split())
-        raise GateError(f"diff: python -m compile_audit.diff exited {status}: {detail}")
+        raise GateError(f"diff: python -m compile_audit.artifacts.diff exited {status}: {detail}")
     if out.exists():
         sys.stdout.write(out.read_text(encoding="utf-8"))
     return status
@@ -495,7 +499,7 @@ def run_diff(shell: Shell, base: Side, head: Side, snapshot: Path, opts: Options
 def write_matrix(shell: Shell, head: Side, snapshot: Path) -> None:
     """Head's compatibility matrix, for the step summary; a missing matrix is worth a note, not a verdict."""
     out = head.out / "head-matrix.md"
-    cmd = [head.python, "-m", "compile_audit.matrix", head.report, "--output", out]
+    cmd = [head.python, "-m", "compile_audit.artifacts.matrix", head.report, "--output", out]
     status, _, stderr = shell.capture(cmd, env=head.env(snapshot), cwd=snapshot)
     if status != 0:
         say(f"note: no compatibility matrix: {(stderr.strip().splitlines() or ['no message'])[-1]}")

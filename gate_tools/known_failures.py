@@ -22,12 +22,12 @@ import re
 import sys
 from pathlib import Path
 
-from compile_audit.budgets import PROPOSED_REASON, Budget, BudgetFile, BudgetFileError
+from compile_audit.artifacts.report import read_cases
 from compile_audit.files import exclusive
 from compile_audit.normalize import normalize, without_ids, without_lines
-from compile_audit.report import read_cases
-from compile_audit.verdict import BUDGET_KINDS as VERDICT_BUDGET_KINDS
-from compile_audit.verdict import limit_frame
+from compile_audit.rules.budgets import PROPOSED_REASON, Budget, BudgetFile, BudgetFileError
+from compile_audit.rules.verdict import BUDGET_KINDS as VERDICT_BUDGET_KINDS
+from compile_audit.rules.verdict import limit_frame
 from gate_tools import checkout
 
 ROOT = checkout.find() or Path()  # the budgets file of the checkout, else of the current directory

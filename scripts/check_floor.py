@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 import bench_models
-from compile_audit.report import read_cases
+from compile_audit.artifacts.report import read_cases
 from tests.cases import cases_for
 
 LIBRARIES = ("torch", "transformers", "peft")  # the versions a floor run names

@@ -25,10 +25,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 import bench_models
-from compile_audit.compile_cache import CacheWatch
-from compile_audit.memory import MemorySampler, ProcessPeak, format_bytes, release_memory
-from compile_audit.recompiles import PhaseAudit
-from compile_audit.timing import StepTimer
+from compile_audit.probe.compile_cache import CacheWatch
+from compile_audit.probe.memory import MemorySampler, ProcessPeak, format_bytes, release_memory
+from compile_audit.probe.recompiles import PhaseAudit
+from compile_audit.probe.timing import StepTimer
 
 RUNS = (
     ("no compile", None),

@@ -104,8 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     merged = out / "report.json"
     regenerate = shlex.join(["scripts/full_matrix.py", *argv])
     for command in (
-        ["compile_audit.merge", *reports, "--output", str(merged)],
-        ["compile_audit.matrix", _relative(merged), "--output", _relative(args.matrix), "--regenerate", regenerate],
+        ["compile_audit.artifacts.merge", *reports, "--output", str(merged)],
+        [
+            "compile_audit.artifacts.matrix",
+            _relative(merged),
+            "--output",
+            _relative(args.matrix),
+            "--regenerate",
+            regenerate,
+        ],
     ):
         if subprocess.call([sys.executable, "-m", *command], cwd=ROOT):
             return 2

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 
 from bench_models import CORE_METHODS, METHODS, MODELS, OPERATIONS
-from compile_audit.policy import CompilePolicy
+from compile_audit.probe.policy import CompilePolicy
 
 # Scenario -> the lifecycle operation a method must support to run it (None: every method). Each lifecycle
 # operation is a scenario of the same name.
@@ -37,7 +37,7 @@ SHORT_CYCLE_PLAN = [
     ("train-4", "train", 12),
 ]
 SHORT_CYCLE_ENDS = "train-3"
-# Compiled-vs-eager parity per (device, backend) (compile_audit.parity): elementwise for fp32 with Dynamo's own
+# Compiled-vs-eager parity per (device, backend) (compile_audit.probe.parity): elementwise for fp32 with Dynamo's own
 # backends, whose kernels are eager's; per-tensor relative error for inductor's fused kernels, in fp32 on CPU and
 # in bf16 on CUDA (bf16 rounds at about 4e-3 per element, a scaled or dropped gradient moves the whole tensor).
 TOLERANCES: dict[tuple[str, str], dict[str, float]] = {
@@ -90,7 +90,7 @@ class Case:
 
     @property
     def tolerance(self) -> dict[str, float]:
-        """Keyword arguments of compile_audit.parity's comparisons for this case."""
+        """Keyword arguments of compile_audit.probe.parity's comparisons for this case."""
         return TOLERANCES[(self.tier, self.backend)]
 
     def report_fields(self) -> dict[str, str]:
@@ -263,7 +263,7 @@ if _unknown_core:
     raise ValueError(f"CORE_METHODS (bench_models/slices.py) names unknown method(s) {_unknown_core}")
 
 # Known failures run in the default run wherever time allows, since they hold only what they name
-# (compile_audit.verdict): FRoD, Poly, ShiRA and WaveFT on llama-tiny, at the recompile limit, among them. The
+# (compile_audit.rules.verdict): FRoD, Poly, ShiRA and WaveFT on llama-tiny, at the recompile limit, among them. The
 # default rows leave out what is too slow for a 10-minute run or judged elsewhere; --full-matrix runs it.
 SELECTION: tuple[Row, ...] = (
     # The CPU tier, --full-matrix
@@ -389,7 +389,7 @@ def cases_for(
     scenario: str, *, full_matrix: bool = False, cpu_backend: str = "eager", with_cases: frozenset[str] = frozenset()
 ) -> list[Case]:
     """The scenario's cases: the default selection, or the full matrix; ``with_cases``: the default selection plus
-    the full-matrix cases of these ids (a selection by change, compile_audit.change_selection)."""
+    the full-matrix cases of these ids (a selection by change, compile_audit.artifacts.change_selection)."""
     cases = _cases_for(scenario, full_matrix=full_matrix, cpu_backend=cpu_backend)
     if full_matrix or not with_cases:
         return cases

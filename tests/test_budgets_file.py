@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from compile_audit.budgets import BudgetFile
+from compile_audit.rules.budgets import BudgetFile
 from compile_gate.plugin import budgets_path
 
 LINE_NUMBER = re.compile(r"\.py:\d+|_at_\d+\b")

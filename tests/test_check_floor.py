@@ -8,7 +8,7 @@ import peft
 import pytest
 
 import bench_models
-from compile_audit.report import SCHEMA
+from compile_audit.artifacts.report import SCHEMA
 from scripts import check_floor
 
 pytestmark = pytest.mark.selftest

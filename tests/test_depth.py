@@ -15,9 +15,9 @@ import torch
 
 from bench_models import make_batch, make_optimizer, train_step
 from bench_models.workloads import eval_step
-from compile_audit.case import reset_dynamo
-from compile_audit.depth import growth_with_depth
-from compile_audit.recompiles import PhaseAudit
+from compile_audit.probe.depth import growth_with_depth
+from compile_audit.probe.recompiles import PhaseAudit
+from compile_audit.rules.case import reset_dynamo
 from tests.cases import SHORT_CYCLE_ENDS, SHORT_CYCLE_PLAN
 
 DEPTH = 4  # already shows DoRA's per-layer recompiles and its recompile-limit hit

@@ -1,13 +1,13 @@
 """Scenarios ddp and fsdp2: the PEFT model trained data-parallel on 2 local ranks, compiled in each rank.
 
-Each case launches its ranks once (``compile_audit.ranks``: fork on CPU, spawn where CUDA is initialized; gloo on
+Each case launches its ranks once (``compile_audit.probe.ranks``: fork on CPU, spawn where CUDA is initialized; gloo on
 CPU, NCCL with one GPU per rank). Every rank builds the same seeded PEFT model, wraps it (DDP, or ``fully_shard``
 on each decoder layer and the root), compiles it under its own audit and runs the plan on its half of each global
 batch, then ships its audit, its losses and its trainable weights as JSON. The parent judges one result: every
 rank's phases as ``rank<N>/<phase>``, counts summed over the ranks, against the case's budget.
 
 DDP: Dynamo's DDPOptimizer splits each traced graph at DDP's gradient bucket boundaries; those splits are counted
-as ``ddp_splits``, apart from graph breaks (``compile_audit.ddp_splits``). The bucket cap is half the adapter's
+as ``ddp_splits``, apart from graph breaks (``compile_audit.probe.ddp_splits``). The bucket cap is half the adapter's
 trainable bytes, so the tiny model's adapter fills two buckets and the split is exercised (at DDP's default 25 MiB,
 a few KiB of adapter weights make one bucket and nothing would be split).
 
@@ -27,19 +27,19 @@ import torch
 
 import bench_models
 from bench_models import distributed
-from compile_audit.budgets import Budget
-from compile_audit.case import CaseAudit, KnownFailureConfirmed
-from compile_audit.ddp_splits import counting_ddp_splits
-from compile_audit.parity import compare_losses, compare_tensors
-from compile_audit.rank_results import (
+from compile_audit.probe.ddp_splits import counting_ddp_splits
+from compile_audit.probe.parity import compare_losses, compare_tensors
+from compile_audit.probe.ranks import launch
+from compile_audit.rules.budgets import Budget
+from compile_audit.rules.case import CaseAudit, KnownFailureConfirmed
+from compile_audit.rules.rank_results import (
     mean_over_ranks,
     merge_rank_results,
     rank_divergence,
     tensors_from_data,
     tensors_to_data,
 )
-from compile_audit.ranks import launch
-from compile_audit.result_data import result_from_data, result_to_data
+from compile_audit.rules.result_data import result_from_data, result_to_data
 from tests.cases import SHORT_CYCLE_ENDS, SHORT_CYCLE_PLAN
 
 WORLD_SIZE = 2

@@ -20,11 +20,11 @@ import pytest
 import torch
 
 from bench_models import eval_step, make_batch, make_optimizer, train_step
-from compile_audit.case import reset_dynamo
-from compile_audit.compile_cache import CacheWatch
-from compile_audit.memory import MemorySampler, release_memory
-from compile_audit.recompiles import PhaseAudit
-from compile_audit.timing import StepTimer, summarize_times
+from compile_audit.probe.compile_cache import CacheWatch
+from compile_audit.probe.memory import MemorySampler, release_memory
+from compile_audit.probe.recompiles import PhaseAudit
+from compile_audit.probe.timing import StepTimer, summarize_times
+from compile_audit.rules.case import reset_dynamo
 from tests.plugins.step_benchmarks import benchmark_cases
 
 pytestmark = pytest.mark.gpu

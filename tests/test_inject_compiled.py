@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 import bench_models
 from bench_models import make_batch
 from bench_models.lifecycle import randomize_adapter
-from compile_audit.parity import compare_tensors
+from compile_audit.probe.parity import compare_tensors
 from tests.test_save_load import ADAPTER_FILE, reload, saved_adapter_problems
 
 ADDED, LOADED = "added", "loaded"

@@ -15,9 +15,9 @@ import torch
 import bench_models
 from bench_models import add_adapter, eval_step, make_batch, make_optimizer, train_step
 from bench_models.lifecycle import base_weight_mismatches, randomize_adapter
-from compile_audit.case import reset_dynamo
-from compile_audit.parity import compare_losses, compare_tensors
-from compile_audit.recompiles import PhaseAudit
+from compile_audit.probe.parity import compare_losses, compare_tensors
+from compile_audit.probe.recompiles import PhaseAudit
+from compile_audit.rules.case import reset_dynamo
 
 try:  # PEFT >= 0.15
     from peft.utils.hotswap import hotswap_adapter, prepare_model_for_compiled_hotswap

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 import bench_models
 from bench_models import make_batch
 from bench_models.lifecycle import randomize_adapter
-from compile_audit.parity import compare_tensors
+from compile_audit.probe.parity import compare_tensors
 
 ADAPTER_FILE = "adapter_model.safetensors"
 

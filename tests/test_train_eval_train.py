@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bench_models import eval_step, make_batch, make_optimizer, train_step
-from compile_audit.parity import (
+from compile_audit.probe.parity import (
     compare_gradients,
     compare_losses,
     compare_tensors,

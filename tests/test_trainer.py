@@ -33,7 +33,7 @@ import torch
 from transformers import TrainerCallback
 
 from bench_models.trainer import make_trainer
-from compile_audit.parity import parameter_changes, snapshot_parameters
+from compile_audit.probe.parity import parameter_changes, snapshot_parameters
 
 MAX_STEPS, EVAL_STEPS = 5, 2
 PLAN = ["train-1", "train-2", "eval-1", "train-3", "train-4", "eval-2", "train-5", "eval-3"]

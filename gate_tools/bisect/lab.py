@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from compile_audit.report import load_report
+from compile_audit.artifacts.report import load_report
 from gate_tools.bisect.driver import Measurement
 from gate_tools.venv import ScratchVenv
 

@@ -4,7 +4,7 @@ The signature of an audited case is
   - its status (passed, failed, error, xfailed);
   - its counts: graph breaks (roots), recompiles, unexpected recompiles;
   - its roots and its recompiles by identity: the identities the budgets record and the diff compares
-    (``compile_audit.roots``, ``Recompile.signature``, written into the report), so that what fails the gate is a
+    (``compile_audit.rules.roots``, ``Recompile.signature``, written into the report), so that what fails the gate is a
     change to bisect too, a renamed function included; a recompile also by whether it was expected.
 A known failure (xfailed) is compared on its status and roots only: its counts and guards vary from run to run (the
 diff ignores them too). A candidate is bad when its signature differs in any of these from the good one's, in either

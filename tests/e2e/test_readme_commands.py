@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from compile_audit.budgets import BudgetFile
+from compile_audit.rules.budgets import BudgetFile
 from tests.e2e.markers import selects_explicitly
 
 pytestmark = pytest.mark.readme
@@ -198,12 +198,12 @@ def test_merged_shards_equal_one_run_and_feed_the_diff_and_the_matrix(tmp_path):
         result = pytest_run("-k", FEW_CASES, "--splits=2", f"--group={group}", f"--compile-report={report}")
         assert result.returncode == 0, explain(result)
     merged = tmp_path / "merged.json"
-    result = run("-m", "compile_audit.merge", *map(str, shards), "--output", str(merged))
+    result = run("-m", "compile_audit.artifacts.merge", *map(str, shards), "--output", str(merged))
     assert result.returncode == 0, explain(result)
-    result = run("-m", "compile_audit.diff", str(one), str(merged))
+    result = run("-m", "compile_audit.artifacts.diff", str(one), str(merged))
     assert result.returncode == 0, explain(result)
     assert "no changes" in result.stdout, explain(result)
-    result = run("-m", "compile_audit.matrix", str(merged), "--output", str(tmp_path / "matrix.md"))
+    result = run("-m", "compile_audit.artifacts.matrix", str(merged), "--output", str(tmp_path / "matrix.md"))
     assert result.returncode == 0, explain(result)
     assert "| lora |" in (tmp_path / "matrix.md").read_text()
 

@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from compile_audit.guards import parse_guard_failure
+from compile_audit.artifacts.report import SCHEMA
 from compile_audit.normalize import normalize
-from compile_audit.report import SCHEMA
+from compile_audit.probe.guards import parse_guard_failure
 
 VERSIONS = {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.24.0", "peft": "0.21.2"}
 LOHA_REASON = (
@@ -30,7 +30,7 @@ def brk(location: str, reason: str, source: str = "", occurrences: int = 1) -> d
 
 
 def root_of(brk: dict[str, Any]) -> dict[str, Any]:
-    """The root record (compile_audit.roots) of a hand-written break: where Dynamo stopped, with no consequences."""
+    """The root record (compile_audit.rules.roots) of a hand-written break: where Dynamo stopped, no consequences."""
     file = brk["location"].rsplit(":", 1)[0]
     return {
         "identity": f"{file} in forward: {brk['reason'].split(':', 1)[0]}",

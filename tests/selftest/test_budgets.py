@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from compile_audit.budgets import Budget, BudgetFile, BudgetFileError, Observed, compare
-from compile_audit.case import CaseAudit
-from compile_audit.verdict import Kind
+from compile_audit.rules.budgets import Budget, BudgetFile, BudgetFileError, Observed, compare
+from compile_audit.rules.case import CaseAudit
+from compile_audit.rules.verdict import Kind
 from compile_gate.session import GateSession
 from tests.selftest import toys
 
@@ -129,7 +129,7 @@ def test_a_new_root_wholly_upstream_fails_on_the_recorded_versions_and_warns_on_
 def test_a_new_signature_in_upstream_words_fails_on_the_recorded_versions_and_warns_on_others(monkeypatch):
     """A root without a graph-break id (a torch without the registry) is named by Dynamo's headline, which upstream
     rewords between releases: on other versions the counts bind, the signature warns."""
-    monkeypatch.setattr("compile_audit.graph_breaks.graph_break_id", lambda reason: "")
+    monkeypatch.setattr("compile_audit.probe.graph_breaks.graph_break_id", lambda reason: "")
     other = "tests/selftest/toys.py in forward: a reason worded by another torch"
     budget = Budget(graph_breaks=1, note="the toy's branch", break_signatures=(other,), line=3, recorded=True)
     audit = CaseAudit("toy/branch/forward", budget)

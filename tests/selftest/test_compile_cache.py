@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compile_audit.compile_cache import CacheWatch, cache_state
+from compile_audit.probe.compile_cache import CacheWatch, cache_state
 
 pytestmark = pytest.mark.selftest
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from compile_audit import files
-from compile_audit.budgets import Budget, BudgetFile
-from compile_audit.report import build_report, write_report
+from compile_audit.artifacts.report import build_report, write_report
+from compile_audit.rules.budgets import Budget, BudgetFile
 
 pytestmark = pytest.mark.selftest
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from compile_audit import diff
+from compile_audit.artifacts import diff
 from tests.selftest import fake_reports as fake
 
 pytestmark = pytest.mark.selftest
@@ -264,9 +264,9 @@ def test_runs_as_a_module_without_torch_and_writes_output(tmp_path):
     head = fake.write(tmp_path / "head.json", fake.report(_head_with(**{LORA: _lora_with_breaks()})))
     output = tmp_path / "summary" / "diff.md"
     # A torch that cannot be imported: the command must not need it.
-    (tmp_path / "torch.py").write_text("raise ImportError('compile_audit.diff must not import torch')\n")
+    (tmp_path / "torch.py").write_text("raise ImportError('compile_audit.artifacts.diff must not import torch')\n")
     env = {"PYTHONPATH": f"{tmp_path}:{REPO_ROOT}", "PATH": "/usr/bin:/bin"}
-    command = [sys.executable, "-m", "compile_audit.diff", str(base), str(head), "--output", str(output)]
+    command = [sys.executable, "-m", "compile_audit.artifacts.diff", str(base), str(head), "--output", str(output)]
     completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
     assert completed.returncode == 1, completed.stderr
     assert completed.stdout == ""

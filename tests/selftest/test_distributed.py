@@ -11,14 +11,15 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from bench_models.distributed import ddp_buckets_of
-from compile_audit import diff, matrix, ranks
-from compile_audit.budgets import Budget, BudgetFile, BudgetFileError
-from compile_audit.case import CaseAudit
-from compile_audit.ddp_splits import counting_ddp_splits
-from compile_audit.rank_results import merge_rank_results, rank_divergence, tensors_from_data, tensors_to_data
-from compile_audit.report import summary_table
-from compile_audit.result_data import result_from_data, result_to_data
-from compile_audit.verdict import judge
+from compile_audit.artifacts import diff, matrix
+from compile_audit.artifacts.report import summary_table
+from compile_audit.probe import ranks
+from compile_audit.probe.ddp_splits import counting_ddp_splits
+from compile_audit.rules.budgets import Budget, BudgetFile, BudgetFileError
+from compile_audit.rules.case import CaseAudit
+from compile_audit.rules.rank_results import merge_rank_results, rank_divergence, tensors_from_data, tensors_to_data
+from compile_audit.rules.result_data import result_from_data, result_to_data
+from compile_audit.rules.verdict import judge
 from tests.selftest import fake_reports, toys
 
 pytestmark = pytest.mark.selftest

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compile_audit import global_state
+from compile_audit.probe import global_state
 
 pytestmark = pytest.mark.selftest
 pytest_plugins = ["pytester"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compile_audit.budgets import Budget
-from compile_audit.case import CaseAudit
-from compile_audit.graph_breaks import find_graph_breaks, one_line_reason
-from compile_audit.verdict import Kind
+from compile_audit.probe.graph_breaks import find_graph_breaks, one_line_reason
+from compile_audit.rules.budgets import Budget
+from compile_audit.rules.case import CaseAudit
+from compile_audit.rules.verdict import Kind
 from tests.selftest import toys
 
 pytestmark = pytest.mark.selftest

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from compile_audit import matrix
+from compile_audit.artifacts import matrix
 from tests.selftest import fake_reports as fake
 
 pytestmark = pytest.mark.selftest
@@ -95,7 +95,9 @@ def test_header_legend_and_summary(tmp_path, capsys):
     assert lines[0] == "# torch.compile compatibility matrix"
     assert f"Generated from `{path}` (run of 2026-11-30T03:00:00+00:00)" in lines[2]
     assert "torch 2.13.0+cpu, transformers 5.24.0, peft 0.21.2" in lines[2]
-    assert lines[3] == f"Regenerate: `pytest --compile-report {path} && python -m compile_audit.matrix {path}`"
+    assert (
+        lines[3] == f"Regenerate: `pytest --compile-report {path} && python -m compile_audit.artifacts.matrix {path}`"
+    )
     for marker in ("✅", "⚠️", "❌", "⏭", "(N unexp.)", "×", "–"):
         assert any(line.startswith("- ") and marker in line for line in lines), marker
     _, summary = _table(out, "Summary")
@@ -145,9 +147,9 @@ def test_regenerate_names_the_command_that_made_the_report(tmp_path, capsys):
 
 def test_runs_as_a_module_without_torch(tmp_path):
     path = fake.write(tmp_path / "report.json", fake.report(_cases()))
-    (tmp_path / "torch.py").write_text("raise ImportError('compile_audit.matrix must not import torch')\n")
+    (tmp_path / "torch.py").write_text("raise ImportError('compile_audit.artifacts.matrix must not import torch')\n")
     env = {"PYTHONPATH": f"{tmp_path}:{REPO_ROOT}", "PATH": "/usr/bin:/bin", "PYTHONIOENCODING": "utf-8"}
-    command = [sys.executable, "-m", "compile_audit.matrix", str(path)]
+    command = [sys.executable, "-m", "compile_audit.artifacts.matrix", str(path)]
     completed = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
     assert completed.returncode == 0, completed.stderr
     assert "## llama-tiny · cpu / eager" in completed.stdout

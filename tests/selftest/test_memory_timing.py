@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from compile_audit.memory import MemorySample, MemorySampler, format_bytes, summarize_memory
-from compile_audit.timing import StepTimer, percentile, summarize_times, synchronize
+from compile_audit.probe.memory import MemorySample, MemorySampler, format_bytes, summarize_memory
+from compile_audit.probe.timing import StepTimer, percentile, summarize_times, synchronize
 
 pytestmark = pytest.mark.selftest
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from compile_audit import diff, merge
+from compile_audit.artifacts import diff, merge
 from tests.selftest import fake_reports as fake
 
 pytestmark = pytest.mark.selftest

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compile_audit.parity import (
+from compile_audit.probe.parity import (
     compare_gradients,
     compare_losses,
     compare_tensors,

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from compile_audit.budgets import BudgetFile
+from compile_audit.rules.budgets import BudgetFile
 from compile_gate import session as gate_session
 
 pytestmark = pytest.mark.selftest

@@ -10,7 +10,7 @@ import torch
 import torch._dynamo
 from torch._inductor import config as inductor_config
 
-from compile_audit.policy import CompilePolicy, PolicyError
+from compile_audit.probe.policy import CompilePolicy, PolicyError
 
 pytestmark = pytest.mark.selftest
 pytest_plugins = ["pytester"]
@@ -68,7 +68,7 @@ import dataclasses
 import pytest
 import torch
 
-from compile_audit.policy import CompilePolicy
+from compile_audit.probe.policy import CompilePolicy
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 import torch
 
-from compile_audit.budgets import Budget
-from compile_audit.case import CaseAudit, KnownFailureConfirmed
-from compile_audit.depth import growth_with_depth
-from compile_audit.guards import parse_guard_failure
-from compile_audit.verdict import Kind, observed
+from compile_audit.probe.depth import growth_with_depth
+from compile_audit.probe.guards import parse_guard_failure
+from compile_audit.rules.budgets import Budget
+from compile_audit.rules.case import CaseAudit, KnownFailureConfirmed
+from compile_audit.rules.verdict import Kind, observed
 from tests.selftest import toys
 
 pytestmark = pytest.mark.selftest

@@ -1,4 +1,4 @@
-"""Roots and consequences (compile_audit.roots): a break is counted where Dynamo stopped, once; the frames it sent
+"""Roots and consequences (compile_audit.rules.roots): a break is counted where Dynamo stopped, once; the frames it sent
 back to Python, and what they then compiled, are listed under it and never counted on their own."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 import torch
 import torch._dynamo
 
-from compile_audit.budgets import Budget
-from compile_audit.case import CaseAudit
-from compile_audit.graph_breaks import GraphBreak
-from compile_audit.guards import GuardFailure
-from compile_audit.recompiles import PhaseRecord, Recompile, RecompileLimitHit
-from compile_audit.roots import EAGER_MARK, attribute
+from compile_audit.probe.graph_breaks import GraphBreak
+from compile_audit.probe.guards import GuardFailure
+from compile_audit.probe.recompiles import PhaseRecord, Recompile, RecompileLimitHit
+from compile_audit.rules.budgets import Budget
+from compile_audit.rules.case import CaseAudit
+from compile_audit.rules.roots import EAGER_MARK, attribute
 
 pytestmark = pytest.mark.selftest
 
@@ -229,7 +229,7 @@ def test_a_frame_run_eagerly_takes_the_stack_of_its_own_break(tmp_path):
     Dynamo stopped, not from a comprehension of the other."""
     import types
 
-    from compile_audit.frame_records import eager_frame_break
+    from compile_audit.probe.frame_records import eager_frame_break
 
     model, upstream = str(tmp_path / "pkg" / "model.py"), str(tmp_path / "lib" / "wrapper.py")
     metrics = types.SimpleNamespace(

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from compile_audit.change_selection import Selection
-from compile_audit.footprints_file import Footprints
+from compile_audit.artifacts.change_selection import Selection
+from compile_audit.artifacts.footprints_file import Footprints
 from gate_tools import gate
 
 pytestmark = pytest.mark.selftest
@@ -44,7 +44,7 @@ def report(*cases: dict) -> dict:
 class FakeShell:
     """Answers the gate's commands: pip and venv succeed unless a pip spec is in `failing_installs`; pytest
     writes `reports[side]` (None: writes nothing) and exits `pytest_status[side]`; the diff exits `diff_status`.
-    `selection` is what the change selects (compile_audit.change_selection)."""
+    `selection` is what the change selects (compile_audit.artifacts.change_selection)."""
 
     def __init__(self, *, diff_status: int = 0, diff_stderr: str = "", cuda: bool = False, torch: str = "2.13.0+cpu"):
         self.commands: list[tuple[list[str], dict[str, str]]] = []
@@ -97,7 +97,7 @@ class FakeShell:
         if cmd[1] == "-c":
             versions = {"'torch'": self.torch, "'transformers'": self.transformers}
             return 0, next((v for k, v in versions.items() if k in cmd[2]), "0.21.2") + "\n", ""
-        if "compile_audit.diff" in cmd:
+        if "compile_audit.artifacts.diff" in cmd:
             Path(cmd[cmd.index("--output") + 1]).write_text("## diff\n- planted\n", encoding="utf-8")
             return self.diff_status, "", self.diff_stderr
         return 0, "", ""
@@ -240,7 +240,7 @@ def test_base_runs_only_the_cases_head_failed_and_the_diff_judges(run_gate, tmp_
     [base_run] = shell.pytest_runs("base")
     listing = tmp_path / "out" / "base-cases.txt"
     assert f"--cases={listing}" in base_run and listing.read_text().split() == [FAILED["id"]]
-    [diff] = shell.ran("compile_audit.diff")
+    [diff] = shell.ran("compile_audit.artifacts.diff")
     assert diff[diff.index("--output") - 1].endswith("head-compared.json")
 
 
@@ -350,7 +350,7 @@ def test_nothing_audited_exits_2_with_the_reason(run_gate, tmp_path):
     assert len(err) == 1
     assert err[0].startswith("gate: head: nothing audited: none of its 1 case(s) ran to an audit (1 skipped)")
     assert "first reason: GPU tier: CUDA is not available on this machine" in err[0]
-    assert not shell.ran("compile_audit.diff")
+    assert not shell.ran("compile_audit.artifacts.diff")
 
 
 def test_a_known_failure_counts_as_audited(run_gate):
@@ -418,10 +418,15 @@ def test_the_gpu_tier_with_cuda_runs(run_gate):
 
 
 def test_a_diff_that_cannot_read_the_reports_exits_2(run_gate):
-    shell = head_fails(FakeShell(diff_status=2, diff_stderr="compile_audit.diff: head.json: no case audited\n"))
+    shell = head_fails(
+        FakeShell(diff_status=2, diff_stderr="compile_audit.artifacts.diff: head.json: no case audited\n")
+    )
     status, _, err = run_gate(shell)
     assert status == 2
-    assert err == ["gate: diff: python -m compile_audit.diff exited 2: compile_audit.diff: head.json: no case audited"]
+    assert err == [
+        "gate: diff: python -m compile_audit.artifacts.diff exited 2:"
+        " compile_audit.artifacts.diff: head.json: no case audited"
+    ]
 
 
 def test_an_unexpected_failure_exits_2_never_1(run_gate, monkeypatch):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from compile_audit.budgets import BudgetFile
-from compile_audit.ranks import RankOutcome
+from compile_audit.probe.ranks import RankOutcome
+from compile_audit.rules.budgets import BudgetFile
 from gate_tools import known_failures as record_known_failures
 from tests.selftest import fake_reports as fake
 

@@ -46,3 +46,41 @@ def test_what_pyproject_points_to_in_the_readme_is_there():
     pointers = re.findall(r'README, "([^"]+)"', (ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert pointers, "pyproject.toml names no README section (update this test if that is on purpose)"
     assert not [p for p in pointers if p not in readme], f"README.md lacks what pyproject.toml points to: {pointers}"
+
+
+LAYERS = ("probe", "rules", "artifacts")  # compile_audit's layers, lowest first (docs/architecture.md)
+
+
+def layers_imported(path: Path) -> set[str]:
+    """The compile_audit layers a module imports (absolute imports)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        names |= {m.split(".")[1] for m in modules if m.startswith("compile_audit.") and m.split(".")[1] in LAYERS}
+    return names
+
+
+def upward_imports(root: Path) -> dict[str, set[str]]:
+    """Modules of an engine tree that import a layer above their own (the top-level modules are below every layer)."""
+    wrong = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).parts
+        own = LAYERS.index(parts[0]) if len(parts) > 1 and parts[0] in LAYERS else -1
+        above = {layer for layer in layers_imported(path) if LAYERS.index(layer) > own}
+        if above:
+            wrong[str(path.relative_to(root))] = above
+    return wrong
+
+
+def test_compile_audits_layers_import_only_downwards():
+    assert {*LAYERS} <= {path.name for path in (ROOT / "compile_audit").iterdir() if path.is_dir()}
+    assert not upward_imports(ROOT / "compile_audit")
+
+
+def test_an_upward_import_is_named(tmp_path):
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "capture.py").write_text("from compile_audit.rules.verdict import judge\n")
+    (tmp_path / "files.py").write_text("import compile_audit.probe.timing\n")
+    assert upward_imports(tmp_path) == {"probe/capture.py": {"rules"}, "files.py": {"probe"}}

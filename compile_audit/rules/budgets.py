@@ -5,7 +5,7 @@ Format (TOML, one table per cause and per case, diff-friendly; nothing in it hol
     [versions.cpu]                  # versions the budgets were recorded with, per tier
     torch = "2.13.0+cpu"
 
-    [causes.dora-dequantize]        # an upstream cause, explained once (compile_audit.causes)
+    [causes.dora-dequantize]        # an upstream cause, explained once (compile_audit.rules.causes)
     note = "DoRA reads the base weight through dequantize_module_weight, ..."
     link = "https://github.com/huggingface/peft/issues/..."
     signatures = ["peft/utils/integrations.py in dequantize_module_weight: *"]
@@ -37,8 +37,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from compile_audit.causes import Cause, causes_of, propose
 from compile_audit.files import write_text_atomic
+from compile_audit.rules.causes import Cause, causes_of, propose
 
 _FIELDS = (
     "graph_breaks",
@@ -91,15 +91,15 @@ class Budget:
     unexpected_recompiles: int = 0
     note: str = ""
     # A case PEFT cannot pass today (e.g. it recompiles forever): the reason, written by a person. It holds only
-    # the problems its known_* fields name (compile_audit.verdict); every other problem still fails the case,
+    # the problems its known_* fields name (compile_audit.rules.verdict); every other problem still fails the case,
     # and the case fails once the named problems are all gone, so that the entry gets removed.
     known_failure: str = ""
     known_raises: str = ""  # the type of the exception the case raises (its name, as type(exc).__name__)
     known_recompile_limit: tuple[str, ...] = ()  # the functions whose frames hit Dynamo's recompile limit
     known_check: tuple[str, ...] = ()  # the names of the failed checks: "steady state", or a scenario's check name
-    break_signatures: tuple[str, ...] = ()  # root identities allowed (compile_audit.roots)
+    break_signatures: tuple[str, ...] = ()  # root identities allowed (compile_audit.rules.roots)
     recompile_signatures: tuple[str, ...] = ()  # unexpected-recompile signatures allowed (Recompile.signature)
-    ddp_splits: int = 0  # graph splits DDPOptimizer makes at DDP bucket boundaries (compile_audit.ddp_splits)
+    ddp_splits: int = 0  # graph splits DDPOptimizer makes at DDP bucket boundaries (compile_audit.probe.ddp_splits)
     # The versions this entry was recorded with, when they differ from the file's [versions.<tier>] (a partial
     # --update-budgets on other versions): the ratchet is strict for the entry only on these.
     recorded_with: tuple[tuple[str, str], ...] = ()

@@ -1,8 +1,8 @@
 """The cases a change to the package under test selects: those that ran a function whose executed code changed.
 
-A change is read from two versions of the package's source (:mod:`compile_audit.code_changes`: docstrings, comments,
-formatting and annotations that never execute do not count), and met with the committed footprints
-(:mod:`compile_audit.footprints_file`). Each change selects, and says why:
+A change is read from two versions of the package's source (:mod:`compile_audit.artifacts.code_changes`: docstrings,
+comments, formatting and annotations that never execute do not count), and met with the committed footprints
+(:mod:`compile_audit.artifacts.footprints_file`). Each change selects, and says why:
 
 - a changed or removed function: the cases that ran it. A function with a process-wide cache (``functools.cache``)
   runs its body in the first case only, so its callers' cases join; so do they for a function that no recorded case
@@ -18,9 +18,9 @@ formatting and annotations that never execute do not count), and met with the co
 - what cannot be mapped widens to every case: a file that does not parse, a statement run at import that binds no
   name (a registration call), a function no case ran that module-level code reads.
 
-    python -m compile_audit.change_selection record REPORT... --output tests/footprints.json
-    python -m compile_audit.change_selection select BASE_PACKAGE_DIR HEAD_PACKAGE_DIR --footprints FILE
-    python -m compile_audit.change_selection replay --repo PEFT_CLONE --last 400 --json out/replay.json
+    python -m compile_audit.artifacts.change_selection record REPORT... --output tests/footprints.json
+    python -m compile_audit.artifacts.change_selection select BASE_PACKAGE_DIR HEAD_PACKAGE_DIR --footprints FILE
+    python -m compile_audit.artifacts.change_selection replay --repo PEFT_CLONE --last 400 --json out/replay.json
 """
 
 from __future__ import annotations
@@ -33,10 +33,16 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from compile_audit import code_changes
-from compile_audit.code_changes import FunctionChange, Module, ModuleChanges, StatementChange, UnparsableSource
+from compile_audit.artifacts import code_changes
+from compile_audit.artifacts.code_changes import (
+    FunctionChange,
+    Module,
+    ModuleChanges,
+    StatementChange,
+    UnparsableSource,
+)
+from compile_audit.artifacts.footprints_file import Footprints, FootprintsError, from_reports, load, merged
 from compile_audit.files import write_text_atomic
-from compile_audit.footprints_file import Footprints, FootprintsError, from_reports, load, merged
 
 EVERYTHING = None  # a pick that selects every case
 CALLER_DEPTH = 3  # how far up the callers of a function that no case ran the selection looks
@@ -441,7 +447,7 @@ def _record(reports: Sequence[Path], output: Path, source: Path | None = None) -
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m compile_audit.change_selection", description=__doc__.split("\n")[0]
+        prog="python -m compile_audit.artifacts.change_selection", description=__doc__.split("\n")[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
     record = commands.add_parser("record", help="footprints of compile reports into the footprints file")
@@ -468,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(dataclasses.asdict(selection)))
             return 0
         if args.command == "replay":
-            from compile_audit import history_replay
+            from compile_audit.artifacts import history_replay
 
             return history_replay.main(args)
         return _record(args.reports, args.output, args.source)

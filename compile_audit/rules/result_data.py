@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from compile_audit.ddp_splits import GraphSplit
-from compile_audit.graph_breaks import GraphBreak, GraphBreakReport
-from compile_audit.guards import GuardFailure
-from compile_audit.recompiles import PhaseRecord, Recompile, RecompileLimitHit
-from compile_audit.result import AuditResult
+from compile_audit.probe.ddp_splits import GraphSplit
+from compile_audit.probe.graph_breaks import GraphBreak, GraphBreakReport
+from compile_audit.probe.guards import GuardFailure
+from compile_audit.probe.recompiles import PhaseRecord, Recompile, RecompileLimitHit
+from compile_audit.rules.result import AuditResult
 
 
 def result_to_data(result: AuditResult) -> dict[str, Any]:

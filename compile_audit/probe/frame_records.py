@@ -19,8 +19,8 @@ from typing import Any
 
 import torch._dynamo.utils
 
-from compile_audit.graph_breaks import GraphBreak, graph_break_id, one_line_reason, stack_entry
 from compile_audit.locations import location, short_path
+from compile_audit.probe.graph_breaks import GraphBreak, graph_break_id, one_line_reason, stack_entry
 
 # Types Dynamo raises for a graph break it did not handle; the frame then runs eagerly.
 _GRAPH_BREAK_FAILURES = frozenset({"Unsupported", "UserError"})

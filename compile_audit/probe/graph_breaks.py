@@ -9,8 +9,8 @@ from typing import Any
 
 import torch._dynamo
 
-from compile_audit.dynamic import dynamic_shapes
 from compile_audit.locations import location
+from compile_audit.probe.dynamic import dynamic_shapes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ Both versions are parsed and normalised before they are compared, so that only w
 
 A function is named as its code object names it (``co_qualname``: ``LoraLayer.update_layer``,
 ``get_peft_model.<locals>.helper``), so that a change meets the footprints recorded for it
-(:mod:`compile_audit.footprint`). Everything else in a module or class body is a *statement*, named by the names
+(:mod:`compile_audit.probe.footprint`). Everything else in a module or class body is a *statement*, named by the names
 it binds; a statement that binds none (a call run at import) is reported as such, for the selection to widen on.
 
 Each function also gets the identifiers it reads (names, attributes, keyword arguments and identifier-like

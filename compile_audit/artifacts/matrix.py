@@ -1,6 +1,6 @@
 """The compatibility matrix: one compile report as markdown, a table per model, a row per method.
 
-    python -m compile_audit.matrix REPORT.json [--output docs/compile-matrix.md]
+    python -m compile_audit.artifacts.matrix REPORT.json [--output docs/compile-matrix.md]
 
 Each cell is ``graph breaks / recompiles`` of one case with its status marker; the same report always
 renders the same text (sorted, no clock), so the committed file only changes when results do.
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from compile_audit.report import audited, clean, count, read_cases, recompile_limit_hits
+from compile_audit.artifacts.report import audited, clean, count, read_cases, recompile_limit_hits
 
 # "passed" splits in two: clean (no break, only expected recompiles) or within a budget that allows some.
 MARKERS = {"clean": "✅", "passed": "☑️", "failed": "⚠️", "error": "❌", "skipped": "⏭", "xfailed": "🚧"}
@@ -134,7 +134,9 @@ def regenerate_command(report_path: str, output: str | None, cases: list[dict[st
     cpu_backends = {_text(c, "backend") for c in cases if _text(c, "tier") == "cpu"}
     if cpu_backends and cpu_backends != {"eager"}:
         pytest_args += ["--cpu-backend", sorted(cpu_backends)[0]]
-    matrix_args = ["python", "-m", "compile_audit.matrix", report_path] + (["--output", output] if output else [])
+    matrix_args = ["python", "-m", "compile_audit.artifacts.matrix", report_path] + (
+        ["--output", output] if output else []
+    )
     return f"{shlex.join([*pytest_args, '--compile-report', report_path])} && {shlex.join(matrix_args)}"
 
 
@@ -188,7 +190,8 @@ def render(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m compile_audit.matrix", description="Render a compile report as a markdown compatibility matrix."
+        prog="python -m compile_audit.artifacts.matrix",
+        description="Render a compile report as a markdown compatibility matrix.",
     )
     parser.add_argument("report", help="report written by pytest --compile-report")
     parser.add_argument("--output", metavar="FILE", help="write the markdown to FILE (e.g. docs/compile-matrix.md)")
@@ -199,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report, cases = load_cases(args.report)
     except ValueError as error:
-        print(f"compile_audit.matrix: {error}", file=sys.stderr)
+        print(f"compile_audit.artifacts.matrix: {error}", file=sys.stderr)
         return 2
     text = render(report, cases, args.report, args.output, args.regenerate)
     if args.output:

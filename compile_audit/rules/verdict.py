@@ -5,7 +5,7 @@ Problems, in the order a failure message lists them:
 - ``RECOMPILE_LIMIT``: Dynamo gave up on a frame and runs it eagerly. Fails whatever the budget;
   only a ``known_failure`` holds it, and such a run never feeds the ratchet.
 - ``OVER_BUDGET``: more graph breaks / recompiles / unexpected recompiles / DDP splits than the budget allows.
-- ``NEW_ROOT``: a root (``compile_audit.roots``) of the code under test, named by torch's graph-break id, that the
+- ``NEW_ROOT``: a root (``compile_audit.rules.roots``) of the code under test, named by torch's graph-break id, that the
   budget does not list, even within the counts; on any versions.
 - ``NEW_SIGNATURE``: a root named by Dynamo's wording, or an unexpected-recompile signature, that the budget does
   not list, even within the counts.
@@ -24,7 +24,7 @@ are not failures: the budget is being rewritten from this run.
 A known failure holds only the problems its entry names (``known_recompile_limit``: the limit hit on those frames;
 ``known_check``: those failed checks; an entry may name both); every other problem still fails the case, a new break
 or recompile signature included. At the limit the run stops at the end of the phase that hit it
-(``compile_audit.case``), so its counts and signatures up to there are comparable with the budget that such a run
+(``compile_audit.rules.case``), so its counts and signatures up to there are comparable with the budget that such a run
 recorded. A crash is held by ``known_raises`` in the plugin, which never gets to judge.
 """
 
@@ -34,10 +34,10 @@ import dataclasses
 import enum
 from collections.abc import Sequence
 
-from compile_audit.budgets import KNOWN_FAILURE_KINDS, Budget, Observed, compare, known_value_shown
 from compile_audit.normalize import normalize, without_lines
-from compile_audit.result import AuditResult
-from compile_audit.roots import is_graph_break_id
+from compile_audit.rules.budgets import KNOWN_FAILURE_KINDS, Budget, Observed, compare, known_value_shown
+from compile_audit.rules.result import AuditResult
+from compile_audit.rules.roots import is_graph_break_id
 
 MAX_LISTED = 15  # recompiles listed in a failure message; the JSON report has all
 

@@ -1,6 +1,6 @@
 """What changed between two compile reports (base, head), worst first, as markdown.
 
-    python -m compile_audit.diff BASE.json HEAD.json [--timing-threshold PCT] [--memory-threshold PCT]
+    python -m compile_audit.artifacts.diff BASE.json HEAD.json [--timing-threshold PCT] [--memory-threshold PCT]
                                  [--chart] [--output FILE]
 
 Exit status: 0 when nothing regressed, 1 when something did, 2 when a report cannot be used.
@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from compile_audit.artifacts.report import audited, count, read_cases, recompile_limit_hits, section
 from compile_audit.normalize import normalize
-from compile_audit.report import audited, count, read_cases, recompile_limit_hits, section
-from compile_audit.versions import gated_of
+from compile_audit.rules.versions import gated_of
 
 STEP_TIME_KEY = "compiled_step_ms"
 MEMORY_SUFFIX = "_bytes"  # every benchmarks entry ending in it is a memory figure (reserved_max_bytes, ...)
@@ -161,7 +161,7 @@ def plain(text: str) -> str:
 
 
 def _roots(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The case's roots by identity (compile_audit.roots): where Dynamo stopped, with their consequences."""
+    """The case's roots by identity (compile_audit.rules.roots): where Dynamo stopped, with their consequences."""
     return {str(root.get("identity")): root for root in section(case, "graph_breaks").get("roots") or []}
 
 
@@ -554,7 +554,7 @@ def _threshold(option: str):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m compile_audit.diff",
+        prog="python -m compile_audit.artifacts.diff",
         description="Compare two compile reports; exit 1 when head regressed, 2 when a report is unusable.",
     )
     parser.add_argument("base", help="report of the base run (pytest --compile-report)")
@@ -583,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = compare(args.base, args.head, args.timing_threshold, args.memory_threshold)
     except ValueError as error:
-        print(f"compile_audit.diff: {error}", file=sys.stderr)
+        print(f"compile_audit.artifacts.diff: {error}", file=sys.stderr)
         return 2
     text = render(result, chart=args.chart)
     if args.output:

@@ -1,7 +1,7 @@
 """The selection replayed over a package's real history: for each of the last commits that touch its Python files,
 what the committed footprints and durations would have run, and at what cost.
 
-    python -m compile_audit.change_selection replay --repo ~/src/peft --last 400 --json out/replay.json
+    python -m compile_audit.artifacts.change_selection replay --repo ~/src/peft --last 400 --json out/replay.json
 
 Each commit is compared with its first parent, both read from git (no checkout). The cost of a selection is the sum
 of its cases' durations (``tests/durations.json``, one side of the gate); the full matrix costs every case's.
@@ -17,9 +17,9 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from compile_audit.change_selection import ModuleCache, Selection, Source, compare_sources, select
+from compile_audit.artifacts.change_selection import ModuleCache, Selection, Source, compare_sources, select
+from compile_audit.artifacts.footprints_file import Footprints, FootprintsError, load
 from compile_audit.files import write_text_atomic
-from compile_audit.footprints_file import Footprints, FootprintsError, load
 
 
 class Git:

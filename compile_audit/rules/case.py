@@ -1,5 +1,5 @@
 """One audited case: what it compiled (graph breaks, phases, recompiles), the scenario's own checks,
-and its verdict against its budget (``compile_audit.verdict``)."""
+and its verdict against its budget (``compile_audit.rules.verdict``)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from typing import Any
 
 import torch._dynamo
 
-from compile_audit import footprint
-from compile_audit.budgets import Budget
-from compile_audit.collector import collected_before
-from compile_audit.graph_breaks import GraphBreakReport, find_graph_breaks
-from compile_audit.recompiles import PhaseAudit, PhaseRecord
-from compile_audit.result import AuditResult
-from compile_audit.verdict import DEFAULT_CHECK, Verdict, judge, limit_frame
+from compile_audit.probe import footprint
+from compile_audit.probe.collector import collected_before
+from compile_audit.probe.graph_breaks import GraphBreakReport, find_graph_breaks
+from compile_audit.probe.recompiles import PhaseAudit, PhaseRecord
+from compile_audit.rules.budgets import Budget
+from compile_audit.rules.result import AuditResult
+from compile_audit.rules.verdict import DEFAULT_CHECK, Verdict, judge, limit_frame
 
 _BACKEND_NAMES = itertools.count()
 
@@ -71,7 +71,7 @@ class CaseAudit:
 
     @property
     def counting_backend(self) -> Any:
-        """The backend that counts graphs and breaks (``compile_audit.recompiles.CountingBackend``)."""
+        """The backend that counts graphs and breaks (``compile_audit.probe.recompiles.CountingBackend``)."""
         if self._phases is None:
             raise RuntimeError("counting_backend before compile()")
         return self._phases.backend

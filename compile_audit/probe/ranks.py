@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from compile_audit.collector import freeze_survivors
+from compile_audit.probe.collector import freeze_survivors
 
 PEER_GRACE_S = 10.0  # after a rank failed, how long its peers get to fail or finish on their own
 STACK_DUMP_WAIT_S = 1.0  # before a kill, how long a rank gets to write its Python stacks (SIGUSR1) to its log

@@ -26,10 +26,10 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from compile_audit.frame_records import compile_id_of
-from compile_audit.graph_breaks import GraphBreak
 from compile_audit.normalize import normalize
-from compile_audit.recompiles import PhaseRecord, Recompile, RecompileLimitHit
+from compile_audit.probe.frame_records import compile_id_of
+from compile_audit.probe.graph_breaks import GraphBreak
+from compile_audit.probe.recompiles import PhaseRecord, Recompile, RecompileLimitHit
 
 EAGER_MARK = " (frame run eagerly)"
 _RESUME_PREFIX = "torch_dynamo_resume_in_"

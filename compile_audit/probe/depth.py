@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from compile_audit.recompiles import PhaseRecord
+from compile_audit.probe.recompiles import PhaseRecord
 
 
 def growth_with_depth(shallow: list[PhaseRecord], deep: list[PhaseRecord], depth: int) -> list[str]:

@@ -3,11 +3,11 @@
 The shards must have run on the same versions and be disjoint; the merged report is the report one run of the
 whole selection writes, so the diff and the matrix read it unchanged::
 
-    python -m compile_audit.merge out/shard-*.json --output out/report.json
+    python -m compile_audit.artifacts.merge out/shard-*.json --output out/report.json
 
 A re-run of some of their cases (after a fix, or to confirm recorded known failures) replaces those cases::
 
-    python -m compile_audit.merge out/shard-*.json --rerun out/rerun.json --output out/report.json
+    python -m compile_audit.artifacts.merge out/shard-*.json --rerun out/rerun.json --output out/report.json
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from compile_audit.report import build_report, read_cases, write_report
-from compile_audit.versions import gated_of
+from compile_audit.artifacts.report import build_report, read_cases, write_report
+from compile_audit.rules.versions import gated_of
 
 
 def merge_reports(paths: list[str | Path], reruns: list[str | Path] = ()) -> dict[str, Any]:
@@ -58,7 +58,7 @@ def _same_versions(first, other) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m compile_audit.merge", description="Merge the compile reports of a selection's shards."
+        prog="python -m compile_audit.artifacts.merge", description="Merge the compile reports of a selection's shards."
     )
     parser.add_argument("reports", nargs="+", help="shard reports (pytest --compile-report)")
     parser.add_argument(
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = merge_reports(args.reports, args.rerun)
     except ValueError as error:
-        print(f"compile_audit.merge: {error}", file=sys.stderr)
+        print(f"compile_audit.artifacts.merge: {error}", file=sys.stderr)
         return 2
     write_report(args.output, report)
     reruns = f" and {len(args.rerun)} re-run(s)" if args.rerun else ""

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from compile_audit.files import write_text_atomic
-from compile_audit.versions import DEFAULT_GATED
+from compile_audit.rules.versions import DEFAULT_GATED
 
 SCHEMA = "compile-audit-report/2"
 REQUIRED_FIELDS = ("id", "status")

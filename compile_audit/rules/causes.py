@@ -40,7 +40,7 @@ class Cause:
     signatures: tuple[str, ...]  # patterns
     link: str = ""
     line: int | None = None
-    known_failures: tuple[str, ...] = ()  # patterns over known-failure identities (compile_audit.budgets)
+    known_failures: tuple[str, ...] = ()  # patterns over known-failure identities (compile_audit.rules.budgets)
 
     @property
     def explained(self) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from compile_audit.timing import percentile
+from compile_audit.probe.timing import percentile
 
 
 @dataclasses.dataclass(frozen=True)

@@ -21,13 +21,13 @@ import torch
 import torch._dynamo
 from torch._dynamo.callback import CallbackArgs, CallbackTrigger
 
-from compile_audit.ddp_splits import GraphSplit, is_ddp_piece
-from compile_audit.footprint import note_traced_code
-from compile_audit.frame_records import FrameRecords, compile_id_of
-from compile_audit.graph_breaks import GraphBreak, GraphBreakReport, graph_break_of, stack_entry
-from compile_audit.guards import GuardFailure, parse_guard_failure
 from compile_audit.locations import code_location, location
 from compile_audit.normalize import normalize
+from compile_audit.probe.ddp_splits import GraphSplit, is_ddp_piece
+from compile_audit.probe.footprint import note_traced_code
+from compile_audit.probe.frame_records import FrameRecords, compile_id_of
+from compile_audit.probe.graph_breaks import GraphBreak, GraphBreakReport, graph_break_of, stack_entry
+from compile_audit.probe.guards import GuardFailure, parse_guard_failure
 
 _COMPILE_ID = re.compile(r"(\d+)/(\d+)$")
 # Dynamo's warning when a frame reaches its recompile limit: from then on the frame runs eagerly.
@@ -151,7 +151,7 @@ class PhaseRecord:
 class CountingBackend:
     """Wraps a real backend (name or callable); counts the graphs handed to it and, as
     ``torch._dynamo.explain`` does, records the graph break that ended each graph. The pieces of a graph that
-    DDPOptimizer split are compiled but not counted (``compile_audit.ddp_splits``)."""
+    DDPOptimizer split are compiled but not counted (``compile_audit.probe.ddp_splits``)."""
 
     def __init__(self, backend: str | Callable[..., Any] = "eager") -> None:
         self.name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from compile_audit.ddp_splits import GraphSplit
-from compile_audit.graph_breaks import GraphBreakReport
-from compile_audit.recompiles import PhaseRecord, Recompile, RecompileLimitHit
-from compile_audit.roots import Attribution, Root, attribute, explained_roots
+from compile_audit.probe.ddp_splits import GraphSplit
+from compile_audit.probe.graph_breaks import GraphBreakReport
+from compile_audit.probe.recompiles import PhaseRecord, Recompile, RecompileLimitHit
+from compile_audit.rules.roots import Attribution, Root, attribute, explained_roots
 
 
 @dataclasses.dataclass

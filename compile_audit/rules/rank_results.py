@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from compile_audit.result import AuditResult
+from compile_audit.rules.result import AuditResult
 
 
 def rank_phase(rank: int, name: str) -> str:

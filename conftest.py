@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import bench_models
-from compile_audit.policy import CompilePolicy
+from compile_audit.probe.policy import CompilePolicy
 from tests.cases import Case, all_case_ids, operation_of
 
 # Which cases a run parametrizes, and the options of the step benchmarks (tests/test_gpu_benchmarks.py).

@@ -46,6 +46,7 @@ from pathlib import Path
 from compile_audit.artifacts.change_selection import Selection, select_between
 from compile_audit.artifacts.footprints_file import FootprintsError
 from compile_audit.artifacts.footprints_file import load as load_footprints
+from compile_audit.artifacts.report import audited as report_audited
 from gate_tools import checkout
 from gate_tools.venv import ScratchVenv
 
@@ -432,8 +433,8 @@ def check_report(side: Side, shard: bool = False) -> int:
     cases = data.get("cases") if isinstance(data, dict) else None
     if not isinstance(cases, list):
         raise GateError(f"{side.name}: {shown(side.report)} is not a compile report (no 'cases' list)")
-    # A known failure (xfailed) was audited too: what it names held, and nothing else was found.
-    audited = [c for c in cases if isinstance(c, dict) and c.get("audited") is True]
+    # The report's own definition (a known failure was audited too: what it names held, and nothing else was found).
+    audited = [c for c in cases if isinstance(c, dict) and report_audited(c)]
     if not audited and not shard:
         raise GateError(f"{side.name}: nothing audited: {_unaudited(cases)} (see {shown(side.log)})")
     return len(audited)

@@ -15,6 +15,7 @@ import pytest
 
 from compile_audit.artifacts.change_selection import Selection
 from compile_audit.artifacts.footprints_file import Footprints
+from compile_audit.artifacts.report import audited as report_audited
 from gate_tools import gate
 
 pytestmark = pytest.mark.selftest
@@ -568,3 +569,16 @@ def test_footprints_recorded_on_another_peft_than_base_are_noted(run_gate, monke
     status, out, _ = run_gate(shell)
     assert status == 0
     assert ("the footprints were recorded on peft 0.21.2, base is 0.22.0.dev0" in out) is noted
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {**AUDITED, "status": "xfailed"},  # a known failure: what it names held, nothing else was found
+        {"id": AUDITED["id"], "status": "passed", "phases": [{"name": "train-1"}]},  # no "audited": its phases say
+    ],
+)
+def test_the_gate_counts_as_audited_what_the_report_does(tmp_path, record):
+    side = gate.Side("head", "peft", tmp_path, tmp_path / "work")
+    side.report.write_text(json.dumps(report(record)))
+    assert gate.check_report(side) == 1 == sum(map(report_audited, [record]))

@@ -11,6 +11,7 @@ import torch._dynamo
 from torch._inductor import config as inductor_config
 
 from compile_audit.probe.policy import CompilePolicy, PolicyError
+from tests.selftest.test_plugin import TOY_CONFTEST
 
 pytestmark = pytest.mark.selftest
 pytest_plugins = ["pytester"]
@@ -62,38 +63,17 @@ def test_the_report_holds_only_what_the_policy_sets():
     }
 
 
-POLICY_CONFTEST = """
-import dataclasses
-
-import pytest
-import torch
+POLICY_CONFTEST = (
+    TOY_CONFTEST
+    + """
 
 from compile_audit.probe.policy import CompilePolicy
 
 
-@dataclasses.dataclass(frozen=True)
-class ToyCase:
-    model: str
-    tier: str = "cpu"
-    backend: str = "eager"
-
-    @property
-    def id(self):
-        return f"{self.model}/plain/forward"
-
-
-def pytest_compile_gate_case_ids(config):
-    return {ToyCase("clean").id}
-
-
 def pytest_compile_gate_policy(case, audited, config):
     return CompilePolicy(dynamo={"fake_tensor_cache_enabled": False}, threads=1) if audited else None
-
-
-def pytest_generate_tests(metafunc):
-    if "case" in metafunc.fixturenames:
-        metafunc.parametrize("case", [ToyCase("clean")], ids=lambda c: c.id)
 """
+)
 
 POLICY_TEST = """
 import torch
@@ -114,7 +94,7 @@ def test_the_gate_applies_the_zoos_policy_to_the_case_and_records_it(pytester: p
     pytester.makepyfile(test_toy=POLICY_TEST)
     pytester.makefile(".toml", compile_budgets="")
     pytester.makeini("[pytest]\ncompile_budgets = compile_budgets.toml\n")
-    result = pytester.runpytest_subprocess("-p", "no:randomly", "--compile-report=report.json")
+    result = pytester.runpytest_subprocess("-p", "no:randomly", "-k", "clean", "--compile-report=report.json")
     result.assert_outcomes(passed=1)
     (record,) = json.loads((pytester.path / "report.json").read_text())["cases"]
     assert record["policy"] == {"dynamo": {"fake_tensor_cache_enabled": False}, "threads": 1}

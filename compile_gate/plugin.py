@@ -450,10 +450,11 @@ def _with_budget(audit: CaseAudit) -> dict[str, Any]:
 
 @pytest.fixture
 def record_compile_benchmarks(request: pytest.FixtureRequest):
-    """``record(case, figures)``: measured figures (never asserted) for the report's record of ``case``."""
+    """``record(case, figures)``: measured figures (never asserted) for the report's record of ``case``, with the
+    compile policy they were measured under (a benchmark's may differ from the judged test's of the same case)."""
 
     def record(case: Any, figures: dict[str, Any]) -> None:
-        payload = {"fields": report_fields(case), "figures": json_safe(figures)}
+        payload = {"fields": report_fields(case), "figures": {**json_safe(figures), "policy": _policy(request.node)}}
         request.node.user_properties.append((BENCHMARKS, payload))
 
     return record

@@ -150,7 +150,7 @@ def test_benchmark_only_session_reaches_the_report_written_once(toy_zoo: pytest.
     result.assertoutcome(passed=2)
     assert len(writes) == 1
     cases = {case["id"]: case for case in _report(toy_zoo)["cases"]}
-    assert cases["clean/plain/forward"]["benchmarks"] == {"compiled_step_ms": 1.5, "speedup": None}
+    assert cases["clean/plain/forward"]["benchmarks"] == {"compiled_step_ms": 1.5, "speedup": None, "policy": {}}
     assert cases["clean/plain/forward"]["audited"] is False and cases["clean/plain/forward"]["status"] == "passed"
 
 

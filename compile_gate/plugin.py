@@ -26,7 +26,7 @@ from compile_audit.probe.footprint import active as footprint_active
 from compile_audit.probe.policy import CompilePolicy
 from compile_audit.rules.budgets import BudgetFile, BudgetFileError
 from compile_audit.rules.case import CaseAudit, KnownFailureConfirmed, reset_dynamo
-from compile_audit.rules.verdict import observed
+from compile_audit.rules.verdict import counted, observed
 from compile_audit.rules.versions import DEFAULT_GATED
 from compile_gate import hookspecs
 from compile_gate.session import BENCHMARKS, PROPOSAL, RECORD, GateSession, json_safe
@@ -351,7 +351,7 @@ def _judge(item: pytest.Item, audit: CaseAudit, leaked: list[str]) -> None:
     for warning in verdict.warnings:
         item.warn(pytest.PytestWarning(f"{audit.case_id}: {warning}"))
     if (session.updating or session.record_path) and audit.result.audited and verdict.feeds_budget:
-        proposal = session.budget_file.proposal(audit.case_id, observed(audit.result))
+        proposal = session.budget_file.proposal(audit.case_id, observed(audit.result, audit.budget))
         item.user_properties.append((PROPOSAL, (audit.case_id, proposal.to_dict())))
     if leaked:  # whatever the verdict, a known failure included
         failed = f"{verdict.message}\n" if verdict.status == "failed" else ""
@@ -441,10 +441,16 @@ def _footprint_lines(item: pytest.Item) -> dict[str, list[int]]:
 
 def _with_budget(audit: CaseAudit) -> dict[str, Any]:
     data = audit.result.to_dict()
-    data["graph_breaks"]["budget"] = audit.budget.graph_breaks
-    data["recompiles"]["budget"] = audit.budget.recompiles
-    data["recompiles"]["unexpected_budget"] = audit.budget.unexpected_recompiles
+    # What causes allow in the case beside its entry counts in the budget shown next to the count.
+    seen = counted(audit.result, audit.budget)
+    held_roots = audit.result.graph_break_count - len(seen.roots)
+    held_recompiles = len(audit.result.unexpected_recompiles) - len(seen.unexpected)
+    data["graph_breaks"]["budget"] = audit.budget.graph_breaks + held_roots
+    recompiles = audit.budget.recompiles
+    data["recompiles"]["budget"] = None if recompiles is None else recompiles + held_recompiles
+    data["recompiles"]["unexpected_budget"] = audit.budget.unexpected_recompiles + held_recompiles
     data["ddp_splits"]["budget"] = audit.budget.ddp_splits
+    data["allowed_by_causes"] = list(seen.held)
     return data
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from compile_audit.files import write_text_atomic
-from compile_audit.rules.causes import Cause, causes_of, propose
+from compile_audit.rules.causes import Allowance, Cause, causes_of, propose
 
 _FIELDS = (
     "graph_breaks",
@@ -70,7 +70,7 @@ _COUNT_FIELDS = (
     "recompile_signatures",
 )
 ONE_LINE = 200  # an array that fits in this many characters is written on one line
-_CAUSE_FIELDS = ("note", "link", "signatures", "known_failures")
+_CAUSE_FIELDS = ("note", "link", "signatures", "known_failures", "in_cases", "allows", "at_most")
 _TOML_ERROR_LINE = re.compile(r"at line (\d+)")
 
 
@@ -109,6 +109,8 @@ class Budget:
     explained_by: tuple[str, ...] = dataclasses.field(default=(), compare=False)
     # The causes that explain its known failure where the entry gives no reason of its own; derived, not written.
     known_because: tuple[str, ...] = dataclasses.field(default=(), compare=False)
+    # What causes allow in this case beside the entry (Cause.allows); derived from the file, not written.
+    allowed: tuple[Allowance, ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def known(self) -> bool:
@@ -143,6 +145,7 @@ class Budget:
         data["recorded_with"] = tuple(tuple(pair) for pair in data.get("recorded_with", ()))
         data["explained_by"] = tuple(data.get("explained_by", ()))
         data["known_because"] = tuple(data.get("known_because", ()))
+        data["allowed"] = tuple(Allowance(**a) for a in data.get("allowed", ()))
         return cls(**data)
 
 
@@ -265,7 +268,30 @@ def _parse_cause(path: Path, name: str, raw: Any, line: int | None) -> Cause:
     known_failures = _check_signatures(where, "known_failures", raw.get("known_failures", []))
     if not (signatures or known_failures):
         raise BudgetFileError(f"{where}: signatures is empty; a cause names the signatures it explains")
-    return Cause(name, raw.get("note", "").strip(), signatures, raw.get("link", "").strip(), line, known_failures)
+    in_cases = _check_signatures(where, "in_cases", raw.get("in_cases", []))
+    allows = _check_signatures(where, "allows", raw.get("allows", []))
+    at_most = raw.get("at_most", 1)
+    if bool(in_cases) != bool(allows):
+        raise BudgetFileError(f"{where}: in_cases and allows go together (which cases, and what it allows there)")
+    if "at_most" in raw and not allows:
+        raise BudgetFileError(f"{where}: at_most without allows")
+    if not isinstance(at_most, int) or isinstance(at_most, bool) or at_most < 1:
+        raise BudgetFileError(f"{where}: at_most must be a whole number >= 1, got {at_most!r}")
+    cause = Cause(
+        name,
+        raw.get("note", "").strip(),
+        signatures,
+        raw.get("link", "").strip(),
+        line,
+        known_failures,
+        in_cases,
+        allows,
+        at_most,
+    )
+    foreign = [identity for identity in allows if not cause.explains(identity)]
+    if foreign:
+        raise BudgetFileError(f"{where}: allows {foreign[0]!r}, which none of its signatures names")
+    return cause
 
 
 def _explain(where: str, case_id: str, budget: Budget, causes: dict[str, Cause], *, strict: bool = True) -> Budget:
@@ -363,7 +389,9 @@ def _cause_text(cause: Cause) -> list[str]:
     out = [f"[causes.{json.dumps(cause.name)}]", f"note = {json.dumps(cause.note, ensure_ascii=False)}"]
     if cause.link:
         out.append(f"link = {json.dumps(cause.link)}")
-    return out + _list_text("signatures", cause.signatures) + _list_text("known_failures", cause.known_failures)
+    out += _list_text("signatures", cause.signatures) + _list_text("known_failures", cause.known_failures)
+    out += _list_text("in_cases", cause.in_cases) + _list_text("allows", cause.allows)
+    return out + ([f"at_most = {cause.at_most}"] if cause.allows and cause.at_most != 1 else [])
 
 
 def _entry_text(case_id: str, budget: Budget) -> list[str]:
@@ -455,7 +483,9 @@ class BudgetFile:
         return cls(path, versions, causes, entries, written, written_causes)
 
     def budget_for(self, case_id: str) -> Budget:
-        return self.entries.get(case_id, Budget())
+        """The case's entry (or the default), with what causes allow in it beside the entry."""
+        allowed = tuple(a for cause in self.causes.values() for a in cause.allowances_for(case_id))
+        return dataclasses.replace(self.entries.get(case_id, Budget()), allowed=allowed)
 
     def where(self, case_id: str, relative_to: Path | None = None) -> str:
         """``file:line`` of the case's entry, for messages; or why the default budget applies."""
@@ -529,7 +559,9 @@ class BudgetFile:
         return sorted(
             name
             for name, cause in self.causes.items()
-            if not any(cause.explains(s) for s in allowed) and not any(cause.explains_known_failure(k) for k in known)
+            if not cause.allows  # a shared allowance is used wherever its cases run; the file cannot tell
+            and not any(cause.explains(s) for s in allowed)
+            and not any(cause.explains_known_failure(k) for k in known)
         )
 
     def dumps(self) -> str:

@@ -7,9 +7,19 @@ A cause is a ``[causes.<name>]`` table of the budgets file::
     link = "https://github.com/huggingface/transformers/issues/..."                # optional
     signatures = ["wrapped_func at transformers/utils/deprecation.py: *"]
     known_failures = ["*: recompile limit at wrapped_func at transformers/utils/deprecation.py"]   # optional
+    in_cases = ["*/gradient-checkpointing*"]                                        # optional, with allows
+    allows = ["transformers/utils/generic.py in wrapper: gb0291 via peft/tuners/tuners_utils.py in forward"]
+    at_most = 1                                                                     # optional, default 1
 
 ``known_failures`` name the known failures the cause explains, as ``<case id>: <what it holds>`` (``raises
 KeyError``, ``recompile limit at <frame>``, ``check <name>``): such an entry needs no reason of its own.
+
+``allows`` is a shared budget, written once: in every case whose id matches a pattern of ``in_cases``, up to
+``at_most`` roots (or unexpected recompiles) with each identity it lists are the cause's, and the case's own
+entry neither counts nor lists them. One more than that and they all count against the entry, which must then
+list the identity. An allowance never asks to be tightened in a case that does not show it: it is a ceiling for
+a whole scenario (every method's gradient-checkpointing case meets the same root in transformers), and each
+identity it lists must be one the cause's ``signatures`` explain.
 A pattern matches a break or recompile signature whole; ``*`` stands for any text and nothing else is special.
 A cause with an empty note is a proposal: ``--update-budgets`` writes one for each signature no cause explains,
 and a person writes its note (or folds its signatures into a cause that exists).
@@ -34,6 +44,15 @@ def matches(pattern: str, signature: str) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
+class Allowance:
+    """Up to ``at_most`` roots or unexpected recompiles named ``identity`` in a case, budgeted by ``cause``."""
+
+    identity: str
+    at_most: int
+    cause: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Cause:
     name: str
     note: str  # "" for a proposal nobody has explained yet
@@ -41,6 +60,15 @@ class Cause:
     link: str = ""
     line: int | None = None
     known_failures: tuple[str, ...] = ()  # patterns over known-failure identities (compile_audit.rules.budgets)
+    in_cases: tuple[str, ...] = ()  # patterns over case ids where ``allows`` applies
+    allows: tuple[str, ...] = ()  # root identities or recompile signatures, exact
+    at_most: int = 1  # per identity and case
+
+    def allowances_for(self, case_id: str) -> tuple[Allowance, ...]:
+        """What the cause allows in this case (nothing unless the case id matches ``in_cases``)."""
+        if not any(matches(pattern, case_id) for pattern in self.in_cases):
+            return ()
+        return tuple(Allowance(identity, self.at_most, self.name) for identity in self.allows)
 
     @property
     def explained(self) -> bool:

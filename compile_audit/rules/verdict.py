@@ -35,9 +35,10 @@ import enum
 from collections.abc import Sequence
 
 from compile_audit.normalize import normalize, without_lines
+from compile_audit.probe.recompiles import Recompile
 from compile_audit.rules.budgets import KNOWN_FAILURE_KINDS, Budget, Observed, compare, known_value_shown
 from compile_audit.rules.result import AuditResult
-from compile_audit.rules.roots import is_graph_break_id
+from compile_audit.rules.roots import Root, is_graph_break_id
 
 MAX_LISTED = 15  # recompiles listed in a failure message; the JSON report has all
 
@@ -107,13 +108,55 @@ class Verdict:
         return not any(p.kind is Kind.RECOMPILE_LIMIT and p not in self.held for p in self.problems)
 
 
-def observed(result: AuditResult) -> Observed:
+@dataclasses.dataclass(frozen=True)
+class Counted:
+    """What the case's own entry budgets: the result less what causes allow in the case (``Budget.allowed``)."""
+
+    roots: tuple[Root, ...]
+    recompiles: tuple[Recompile, ...]  # expected ones included
+    held: tuple[str, ...] = ()  # "2 x <identity> (cause 'name')" for each allowance the case used
+
+    @property
+    def unexpected(self) -> tuple[Recompile, ...]:
+        return tuple(r for r in self.recompiles if not r.expected)
+
+    @property
+    def break_signatures(self) -> dict[str, Root]:
+        return {root.identity: root for root in reversed(self.roots)}
+
+    @property
+    def recompile_signatures(self) -> dict[str, Recompile]:
+        return {r.signature: r for r in reversed(self.unexpected)}
+
+
+def counted(result: AuditResult, budget: Budget) -> Counted:
+    """Roots and unexpected recompiles whose identity an allowance names, up to its ``at_most``, are the cause's;
+    one more than that, and they all count against the entry."""
+    all_roots, all_recompiles = result.roots, result.recompiles  # each read attributes anew: read once
+    held, held_ids = [], set()
+    for allowance in budget.allowed:
+        roots = [r for r in all_roots if r.identity == allowance.identity]
+        recompiles = [r for r in all_recompiles if not r.expected and r.signature == allowance.identity]
+        seen = len(roots) + len(recompiles)
+        if 0 < seen <= allowance.at_most:
+            held_ids.update(id(found) for found in (*roots, *recompiles))
+            held.append(f"{seen} x {allowance.identity} (cause {allowance.cause!r})")
+    return Counted(
+        roots=tuple(r for r in all_roots if id(r) not in held_ids),
+        recompiles=tuple(r for r in all_recompiles if id(r) not in held_ids),
+        held=tuple(held),
+    )
+
+
+def observed(result: AuditResult, budget: Budget | None = None) -> Observed:
+    """What the run shows against the case's entry (less what causes allow there, given the budget)."""
+    seen = counted(result, budget or Budget())
     return Observed(
-        graph_breaks=result.graph_break_count,
-        recompiles=len(result.recompiles),
-        unexpected_recompiles=len(result.unexpected_recompiles),
-        break_signatures=tuple(sorted(result.break_signatures)),
-        recompile_signatures=tuple(sorted(result.recompile_signatures)),
+        graph_breaks=len(seen.roots),
+        recompiles=len(seen.recompiles),
+        unexpected_recompiles=len(seen.unexpected),
+        break_signatures=tuple(sorted(seen.break_signatures)),
+        recompile_signatures=tuple(sorted(seen.recompile_signatures)),
         ddp_splits=result.ddp_split_count,
     )
 
@@ -143,13 +186,16 @@ def _new_signatures(result: AuditResult, budget: Budget, where: str) -> list[Pro
     if not budget.recorded:  # no entry: the default budget allows no break and no unexpected recompile
         return []
     by_id, worded = [], []
-    for signature, root in result.break_signatures.items():
+    seen = counted(result, budget)
+    ceilings = {a.identity: f" (more than cause {a.cause!r} allows per case: {a.at_most})" for a in budget.allowed}
+    for signature, root in seen.break_signatures.items():
         if signature not in budget.break_signatures:
-            line = f"  new graph break {signature!r} at {root.location}: {root.reason}"
+            line = f"  new graph break {signature!r} at {root.location}: {root.reason}{ceilings.get(signature, '')}"
             (by_id if is_graph_break_id(root.kind) and root.concerns(result.under_test) else worded).append(line)
-    for signature, recompile in result.recompile_signatures.items():
+    for signature, recompile in seen.recompile_signatures.items():
         if signature not in budget.recompile_signatures:
-            worded.append(f"  new unexpected recompile {signature!r}: {recompile.describe()}")
+            ceiling = ceilings.get(signature, "")
+            worded.append(f"  new unexpected recompile {signature!r}: {recompile.describe()}{ceiling}")
     head = f"not in the budget ({where}), though the counts may be within it:"
     problems = []
     if by_id:
@@ -167,11 +213,12 @@ def _not_in_budget(lines: list[str]) -> str:
 def _tighten(result: AuditResult, budget: Budget, under: list[str], where: str) -> Problem | None:
     vanished = []
     if budget.recorded:
-        vanished += [f"graph break {s!r} is gone" for s in budget.break_signatures if s not in result.break_signatures]
+        seen = counted(result, budget)
+        vanished += [f"graph break {s!r} is gone" for s in budget.break_signatures if s not in seen.break_signatures]
         vanished += [
             f"unexpected recompile {s!r} is gone"
             for s in budget.recompile_signatures
-            if s not in result.recompile_signatures
+            if s not in seen.recompile_signatures
         ]
     if not (under or vanished):
         return None
@@ -260,12 +307,14 @@ def _judge_known_failure(
 
 
 def headline(case_id: str, result: AuditResult, budget: Budget, versions_note: str = "") -> str:
-    seen = observed(result)
+    seen = observed(result, budget)
     expected_allowed = "any" if budget.recompiles is None else budget.recompiles - budget.unexpected_recompiles
     splits = f", ddp splits {seen.ddp_splits}/{budget.ddp_splits}" if seen.ddp_splits or budget.ddp_splits else ""
     consequences = sum(root.consequences for root in result.roots)
     echoes = f" ({consequences} consequences below their roots)" if consequences else ""
     versions = f"; {versions_note}" if versions_note else ""
+    allowed = counted(result, budget).held
+    echoes += f"; allowed by causes beside the entry: {', '.join(allowed)}" if allowed else ""
     return (
         f"{case_id}: graph breaks (roots) {seen.graph_breaks}/{budget.graph_breaks}{splits}, "
         f"unexpected recompiles {seen.unexpected_recompiles}/{budget.unexpected_recompiles}, "
@@ -298,7 +347,7 @@ def judge(
     ``file:line`` (or why the default applies); ``on_recorded_versions``: the installed versions equal those the
     budget was recorded with (else the ratchet and new signatures warn); ``versions_note``: which of them differ,
     for the headline."""
-    counts = compare(observed(result), budget)
+    counts = compare(observed(result, budget), budget)
     limit = _recompile_limit(result)
     candidates = [
         limit,

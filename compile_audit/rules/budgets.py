@@ -19,6 +19,9 @@ Format (TOML, one table per cause and per case, diff-friendly; nothing in it hol
     ddp_splits = 1                  # most DDPOptimizer graph splits (bucket boundaries, not breaks; default 0)
     note = "..."                    # why, in a person's words, where no cause explains it
 
+An entry may stand for several models whose entries would be the same, ``[cases."{llama-tiny,qwen2-tiny}/lora/x"]``:
+``--update-budgets`` writes it so, and splits it again when one of them changes.
+
 A case without an entry gets the default: 0 graph breaks, 0 unexpected recompiles, 0 DDP splits, and any
 number of expected ones; an entry that says no more than that is not written. An entry that records counts
 records the expected recompiles too (absent: 0), so a new expected one fails as well; an entry that records no
@@ -225,6 +228,32 @@ def _lines(text: str, table: str) -> dict[str, int]:
     return lines
 
 
+_MODELS = re.compile(r"^\{(?P<models>[^{}]*)\}/(?P<rest>.+)$")
+
+
+def _case_ids_of(path: Path, key: str, line: int | None) -> tuple[str, ...]:
+    """The case ids an entry's key stands for: ``{llama-tiny,qwen2-tiny}/lora/x`` is two."""
+    match = _MODELS.match(key)
+    if match is None:
+        if "{" in key or "}" in key:
+            raise BudgetFileError(f"{path}:{line}: entry {key!r}: write several models as {{a,b}}/method/scenario")
+        return (key,)
+    models = [model.strip() for model in match["models"].split(",")]
+    if len(models) < 2 or not all(models) or len(set(models)) != len(models) or any("/" in m for m in models):
+        raise BudgetFileError(
+            f"{path}:{line}: entry {key!r}: the models in braces must be two or more distinct names, comma-separated"
+        )
+    return tuple(f"{model}/{match['rest']}" for model in models)
+
+
+def _key_of(case_ids: list[str]) -> str:
+    """The key of one entry for these cases, which differ only in their model (the part before the first ``/``)."""
+    if len(case_ids) == 1:
+        return case_ids[0]
+    rest = case_ids[0].partition("/")[2]
+    return "{" + ",".join(case_id.partition("/")[0] for case_id in case_ids) + "}/" + rest
+
+
 def _check_count(path: Path, line: int | None, case_id: str, name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise BudgetFileError(f"{path}:{line}: entry {case_id!r}: {name} must be a non-negative integer, got {value!r}")
@@ -382,6 +411,7 @@ HEADER = (
     "# A non-zero graph_breaks, unexpected_recompiles or ddp_splits needs a note, or a cause for each signature.",
     "# A case with no entry may have 0 breaks, 0 unexpected recompiles, any number of expected ones.",
     "# expected_recompiles (first train <-> eval switch, grad mode) is 0 where absent in an entry that counts.",
+    '# [cases."{llama-tiny,qwen2-tiny}/lora/x"] is one entry for both models\' cases.',
 )
 
 
@@ -472,12 +502,19 @@ class BudgetFile:
             name: _parse_cause(path, name, raw, cause_lines.get(name)) for name, raw in data.get("causes", {}).items()
         }
         lines = _lines(text, "cases")
-        entries = {}
-        for case_id, raw in data.get("cases", {}).items():
-            entry = _parse_entry(path, case_id, raw, lines.get(case_id))
-            entries[case_id] = _explain(f"{path}:{entry.line}: entry {case_id!r}", case_id, entry, causes)
         blocks = _blocks(text, "cases")
-        written = {case_id: (budget, blocks[case_id]) for case_id, budget in entries.items() if case_id in blocks}
+        entries, written = {}, {}
+        for key, raw in data.get("cases", {}).items():
+            entry = _parse_entry(path, key, raw, lines.get(key))
+            for case_id in _case_ids_of(path, key, entry.line):
+                if case_id in entries:
+                    raise BudgetFileError(
+                        f"{path}:{entry.line}: entry {key!r}: case {case_id!r} has an entry already"
+                        f" (line {entries[case_id].line})"
+                    )
+                entries[case_id] = _explain(f"{path}:{entry.line}: entry {key!r}", case_id, entry, causes)
+                if key in blocks:
+                    written[case_id] = (entries[case_id], blocks[key].partition("\n")[2])
         cause_blocks = _blocks(text, "causes")
         written_causes = {name: (c, cause_blocks[name]) for name, c in causes.items() if name in cause_blocks}
         return cls(path, versions, causes, entries, written, written_causes)
@@ -577,13 +614,21 @@ class BudgetFile:
                 cause, line=None
             )
             out += [loaded[1], ""] if same else [*_cause_text(cause), ""]
+        # Cases whose entries read the same but for the model are written as one entry.
+        groups: dict[tuple[str, str], list[str]] = {}
         for case_id in sorted(self.entries):
             budget = self.entries[case_id]
             loaded = self.written.get(case_id)
             if loaded is not None and loaded[0] == budget:
-                out.append(loaded[1])
+                body = loaded[1]
             elif not budget.says_only_the_default():
-                out += _entry_text(case_id, budget)
+                body = "\n".join(_entry_text(case_id, budget)[1:])
+            else:
+                continue
+            _model, slash, rest = case_id.partition("/")
+            groups.setdefault((rest if slash else case_id, body), []).append(case_id)
+        for (_, body), case_ids in sorted(groups.items(), key=lambda group: group[1][0]):
+            out += [f"[cases.{json.dumps(_key_of(case_ids))}]", body]
         return "\n".join(out) + "\n"
 
     def write(self) -> None:

@@ -450,7 +450,9 @@ def _with_budget(audit: CaseAudit) -> dict[str, Any]:
     data["recompiles"]["budget"] = None if recompiles is None else recompiles + held_recompiles
     data["recompiles"]["unexpected_budget"] = audit.budget.unexpected_recompiles + held_recompiles
     data["ddp_splits"]["budget"] = audit.budget.ddp_splits
-    data["allowed_by_causes"] = list(seen.held)
+    data["allowed_by_causes"] = [
+        {"cause": allowance.cause, "identity": allowance.identity, "count": n} for allowance, n in seen.held
+    ]
     return data
 
 

@@ -7,8 +7,9 @@
     scripts/full_matrix.py --out out/aot --matrix out/aot/matrix.md -- --cpu-backend aot_eager
 
 Arguments after ``--`` go to every shard's pytest (``--update-budgets`` is safe: each shard adds its own cases to
-the budgets file under a lock). Prints each shard's wall time and the total; exits 1 when a shard failed (the
-report and the matrix are written anyway), 2 on a usage error.
+the budgets file under a lock). Prints each shard's wall time and the total, then each shared allowance of the
+budgets file (a cause's ``allows``) that none of the cases it covers met in this run ("tighten: ..."); exits 1 when
+a shard failed or an allowance went unmet (the report and the matrix are written anyway), 2 on a usage error.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from compile_audit.rules.budgets import BudgetFile  # noqa: E402 (the checkout's, not an installed copy)
+
 DURATIONS = ROOT / "tests" / "durations.json"
 
 
@@ -117,7 +122,23 @@ def main(argv: list[str] | None = None) -> int:
         if subprocess.call([sys.executable, "-m", *command], cwd=ROOT):
             return 2
     print(f"matrix -> {args.matrix}")
-    return 1 if any(statuses.values()) or len(reports) < args.shards else 0
+    unmet = _unmet_allowances(merged, extra)
+    for line in unmet:
+        print(f"tighten: {line}")
+    return 1 if any(statuses.values()) or len(reports) < args.shards or unmet else 0
+
+
+def _unmet_allowances(report: Path, extra: list[str]) -> list[str]:
+    """The shared allowances of the budgets file the shards judged against that no case of this run met."""
+    budgets = next((arg.split("=", 1)[1] for arg in extra if arg.startswith("--budgets=")), None)
+    budget_file = BudgetFile.load(Path(budgets) if budgets else ROOT / "tests" / "compile_budgets.toml")
+    cases = json.loads(report.read_text(encoding="utf-8"))["cases"]
+    audited = {
+        case["id"]: {(held["cause"], held["identity"]) for held in case.get("allowed_by_causes", [])}
+        for case in cases
+        if case.get("audited")
+    }
+    return budget_file.unmet_allowances(audited)
 
 
 if __name__ == "__main__":

@@ -601,6 +601,21 @@ class BudgetFile:
             and not any(cause.explains_known_failure(k) for k in known)
         )
 
+    def unmet_allowances(self, audited: dict[str, set[tuple[str, str]]]) -> list[str]:
+        """The ratchet of shared allowances: each identity a cause ``allows`` that none of the audited cases it
+        covers met. ``audited``: case id -> the (cause, identity) pairs its allowances held (the report's
+        ``allowed_by_causes``). An allowance none of whose cases ran is not judged."""
+        unmet = []
+        for cause in self.causes.values():
+            covered = [case_id for case_id in audited if cause.allowances_for(case_id)]
+            for identity in cause.allows:
+                if covered and not any((cause.name, identity) in audited[case_id] for case_id in covered):
+                    unmet.append(
+                        f"cause {cause.name!r} allows {identity!r} in {len(covered)} case(s) that ran, and none of"
+                        " them met it: remove it from the cause's allows"
+                    )
+        return unmet
+
     def dumps(self) -> str:
         out = [*HEADER, ""]
         for tier in sorted(self.versions):

@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from compile_audit.normalize import normalize, without_lines
 from compile_audit.probe.recompiles import Recompile
 from compile_audit.rules.budgets import KNOWN_FAILURE_KINDS, Budget, Observed, compare, known_value_shown
+from compile_audit.rules.causes import Allowance
 from compile_audit.rules.result import AuditResult
 from compile_audit.rules.roots import Root, is_graph_break_id
 
@@ -114,7 +115,7 @@ class Counted:
 
     roots: tuple[Root, ...]
     recompiles: tuple[Recompile, ...]  # expected ones included
-    held: tuple[str, ...] = ()  # "2 x <identity> (cause 'name')" for each allowance the case used
+    held: tuple[tuple[Allowance, int], ...] = ()  # each allowance the case used, with how many it held
 
     @property
     def unexpected(self) -> tuple[Recompile, ...]:
@@ -140,7 +141,7 @@ def counted(result: AuditResult, budget: Budget) -> Counted:
         seen = len(roots) + len(recompiles)
         if 0 < seen <= allowance.at_most:
             held_ids.update(id(found) for found in (*roots, *recompiles))
-            held.append(f"{seen} x {allowance.identity} (cause {allowance.cause!r})")
+            held.append((allowance, seen))
     return Counted(
         roots=tuple(r for r in all_roots if id(r) not in held_ids),
         recompiles=tuple(r for r in all_recompiles if id(r) not in held_ids),
@@ -313,7 +314,7 @@ def headline(case_id: str, result: AuditResult, budget: Budget, versions_note: s
     consequences = sum(root.consequences for root in result.roots)
     echoes = f" ({consequences} consequences below their roots)" if consequences else ""
     versions = f"; {versions_note}" if versions_note else ""
-    allowed = counted(result, budget).held
+    allowed = [f"{n} x {a.identity} (cause {a.cause!r})" for a, n in counted(result, budget).held]
     echoes += f"; allowed by causes beside the entry: {', '.join(allowed)}" if allowed else ""
     return (
         f"{case_id}: graph breaks (roots) {seen.graph_breaks}/{budget.graph_breaks}{splits}, "

@@ -105,3 +105,11 @@ def test_a_malformed_allowance_names_the_file_and_the_cause(tmp_path, fields, ex
     with pytest.raises(BudgetFileError, match=expected) as error:
         BudgetFile.load(path)
     assert str(path) in str(error.value) and "cause 'c'" in str(error.value)
+
+
+def test_an_allowance_no_case_it_covers_met_asks_to_be_removed(tmp_path):
+    budgets = _budgets(tmp_path, "x.py in f: gb0001")
+    (unmet,) = budgets.unmet_allowances({CASE: set(), "other/case/x": {("shared", "x.py in f: gb0001")}})
+    assert "cause 'shared' allows 'x.py in f: gb0001' in 1 case(s) that ran, and none of them met it" in unmet
+    assert budgets.unmet_allowances({CASE: {("shared", "x.py in f: gb0001")}}) == []
+    assert budgets.unmet_allowances({"other/case/x": set()}) == []  # none of its cases ran: not judged

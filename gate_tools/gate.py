@@ -46,7 +46,8 @@ from pathlib import Path
 from compile_audit.artifacts.change_selection import Selection, select_between
 from compile_audit.artifacts.footprints_file import FootprintsError
 from compile_audit.artifacts.footprints_file import load as load_footprints
-from compile_audit.artifacts.report import audited as report_audited
+from compile_audit.artifacts.records import CaseRecord
+from compile_audit.artifacts.report import ReportCases, read_cases
 from gate_tools import checkout
 from gate_tools.venv import ScratchVenv
 
@@ -421,34 +422,34 @@ def rerun_failed(shell: Shell, side: Side, snapshot: Path, opts: Options, select
         say(f"{side.name}: note: the rerun of failed cases exited {status} (see {shown(log)})")
 
 
-def check_report(side: Side, shard: bool = False) -> int:
-    """Fail unless the side's report is readable and audited at least one case (a shard may hold none: the merged
-    report is checked); returns how many it audited."""
+def read_report(side: Side) -> ReportCases:
+    """The side's report; GateError when pytest wrote none or it cannot be used."""
+    if not side.report.exists():
+        raise GateError(f"{side.name}: pytest wrote no report {shown(side.report)} (see {shown(side.log)})")
     try:
-        data = json.loads(side.report.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise GateError(f"{side.name}: pytest wrote no report {shown(side.report)} (see {shown(side.log)})") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise GateError(f"{side.name}: unreadable report {shown(side.report)}: {error}") from None
-    cases = data.get("cases") if isinstance(data, dict) else None
-    if not isinstance(cases, list):
-        raise GateError(f"{side.name}: {shown(side.report)} is not a compile report (no 'cases' list)")
+        return read_cases(shown(side.report))
+    except ValueError as error:
+        raise GateError(f"{side.name}: unusable report: {error}") from None
+
+
+def check_report(side: Side, shard: bool = False) -> int:
+    """Fail unless the side's report is usable and audited at least one case (a shard may hold none: the merged
+    report is checked); returns how many it audited."""
+    report = read_report(side)
     # The report's own definition (a known failure was audited too: what it names held, and nothing else was found).
-    audited = [c for c in cases if isinstance(c, dict) and report_audited(c)]
-    if not audited and not shard:
-        raise GateError(f"{side.name}: nothing audited: {_unaudited(cases)} (see {shown(side.log)})")
-    return len(audited)
+    if not report.audited_count and not shard:
+        raise GateError(f"{side.name}: nothing audited: {_unaudited(report.cases)} (see {shown(side.log)})")
+    return report.audited_count
 
 
-def _unaudited(cases: list) -> str:
-    records = [c for c in cases if isinstance(c, dict)]
-    if not records:
+def _unaudited(cases: Sequence[CaseRecord]) -> str:
+    if not cases:
         return "the report has no case"
-    statuses = Counter(str(c.get("status")) for c in records)
+    statuses = Counter(case.status for case in cases)
     counts = ", ".join(f"{n} {status}" for status, n in statuses.most_common())
-    first = next((c.get("message") for c in records if c.get("message")), None)
-    reason = f"; first reason: {' '.join(str(first).split())}" if first else ""
-    return f"none of its {len(records)} case(s) ran to an audit ({counts}){reason}"
+    first = next((case.message for case in cases if case.message), None)
+    reason = f"; first reason: {' '.join(first.split())}" if first else ""
+    return f"none of its {len(cases)} case(s) ran to an audit ({counts}){reason}"
 
 
 # ----------------------------------------------------------------------------- both sides
@@ -646,15 +647,14 @@ def _pytest_jobs(opts: Options, cases: int | None) -> list[str]:
 
 
 def failed_cases(side: Side) -> list[str]:
-    data = json.loads(side.report.read_text(encoding="utf-8"))
-    return sorted(c["id"] for c in data["cases"] if isinstance(c, dict) and c.get("status") in ("failed", "error"))
+    return sorted(case.id for case in read_report(side).cases if case.status in ("failed", "error"))
 
 
 def write_compared_head(head: Side, base_cases: Sequence[str]) -> Path:
-    """Head's report cut to the cases base ran: the diff compares like with like."""
-    data = json.loads(head.report.read_text(encoding="utf-8"))
+    """Head's report cut to the cases base ran, as it was written: the diff compares like with like."""
+    report = read_report(head)
     wanted = set(base_cases)
-    data["cases"] = [c for c in data["cases"] if isinstance(c, dict) and c.get("id") in wanted]
+    data = {**report.data, "cases": [case for case in report.data["cases"] if case["id"] in wanted]}
     path = head.out / "head-compared.json"
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return path

@@ -22,6 +22,7 @@ import re
 import sys
 from pathlib import Path
 
+from compile_audit.artifacts.records import CaseRecord
 from compile_audit.artifacts.report import read_cases
 from compile_audit.files import exclusive
 from compile_audit.normalize import normalize, without_ids, without_lines
@@ -34,38 +35,38 @@ ROOT = checkout.find() or Path()  # the budgets file of the checkout, else of th
 COMPILE_ID = re.compile(r"^\d+/\d+: ")
 
 
-def limit_reason(case: dict) -> str | None:
-    hits = (case.get("recompiles") or {}).get("limit_hits") or []
+def limit_reason(case: CaseRecord) -> str | None:
+    hits = case.recompiles.limit_hits
     if not hits:
         return None
     first = hits[0]
-    guard = without_ids(COMPILE_ID.sub("", first["last_guard"]))
+    guard = without_ids(COMPILE_ID.sub("", first.last_guard))
     more = f" (and {len(hits) - 1} more frame(s))" if len(hits) > 1 else ""
     return (
-        f"Dynamo hits its {first['limit']} on {limit_frame(first['frame'])} and runs it eagerly from then "
+        f"Dynamo hits its {first.limit} on {limit_frame(first.frame)} and runs it eagerly from then "
         f"on{more}; last failing guard {normalize(guard)}"
     )
 
 
-def error_reason(case: dict) -> str | None:
+def error_reason(case: CaseRecord) -> str | None:
     """The exception of a case that raised, from its record: 'raises RuntimeError: ...' (a distributed case's
     RankFailed carries the rank's own error in its message)."""
-    if not case.get("raised"):
+    if not case.raised:
         return None
-    error = without_lines(str(case.get("error") or ""))[:400]
-    return f"raises {case['raised']}: {error}" if error else f"raises {case['raised']}"
+    error = without_lines(case.error or "")[:400]
+    return f"raises {case.raised}: {error}" if error else f"raises {case.raised}"
 
 
-def check_reason(case: dict) -> str | None:
+def check_reason(case: CaseRecord) -> str | None:
     """The verdict's first problem, in its stable one-line summary, unless a budget problem is among them: those
     get a budget (--update-budgets), not a known failure."""
-    problems = [p for p in case.get("problems") or [] if isinstance(p, dict)]
-    if not problems or any(p.get("kind") in BUDGET_KINDS for p in problems):
+    problems = case.problems
+    if not problems or any(p.kind in BUDGET_KINDS for p in problems):
         return None
-    return f"fails: {str(problems[0].get('summary') or problems[0].get('kind'))[:400]}"
+    return f"fails: {(problems[0].summary or problems[0].kind)[:400]}"
 
 
-def reason_for(case: dict) -> str | None:
+def reason_for(case: CaseRecord) -> str | None:
     """Why a failed case failed, or None when the report gives no reason a known failure could quote."""
     return limit_reason(case) or error_reason(case) or check_reason(case)
 
@@ -73,18 +74,16 @@ def reason_for(case: dict) -> str | None:
 BUDGET_KINDS = frozenset(kind.value for kind in VERDICT_BUDGET_KINDS)  # the verdict's, by the report's names
 
 
-def held_by(case: dict) -> dict[str, str | tuple[str, ...]] | None:
+def held_by(case: CaseRecord) -> dict[str, str | tuple[str, ...]] | None:
     """The known_* fields that would hold the case's failure, from the report's fields (never its message): the
     frames at the recompile limit and the checks it failed, or the type it raised; None when a budget problem is
     among its problems (that gets a budget) or nothing names what failed."""
-    if case.get("raised"):
-        return {"known_raises": str(case["raised"])}
-    problems = case.get("problems") or []
-    if any(p.get("kind") in BUDGET_KINDS for p in problems):
+    if case.raised:
+        return {"known_raises": case.raised}
+    if any(p.kind in BUDGET_KINDS for p in case.problems):
         return None
-    hits = (case.get("recompiles") or {}).get("limit_hits") or []
-    frames = {limit_frame(str(hit.get("frame", ""))) for hit in hits}
-    checks = {name for p in problems if p.get("kind") != "recompile limit" for name in p.get("names") or ()}
+    frames = {limit_frame(hit.frame) for hit in case.recompiles.limit_hits}
+    checks = {name for p in case.problems if p.kind != "recompile limit" for name in p.names}
     held = {"known_recompile_limit": tuple(sorted(frames)), "known_check": tuple(sorted(checks))}
     return {field: names for field, names in held.items() if names} or None
 
@@ -106,13 +105,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     marks, unmarked = {}, []
     for case in cases:
-        if case.get("status") not in ("failed", "error"):
+        if case.status not in ("failed", "error"):
             continue
         reason, held = reason_for(case), held_by(case)
         if reason and held:
-            marks[case["id"]] = (reason, held)
+            marks[case.id] = (reason, held)
         else:
-            unmarked.append(case["id"])
+            unmarked.append(case.id)
     try:
         with exclusive(Path(args.budgets)):
             budgets = BudgetFile.load(Path(args.budgets), missing_ok=True)

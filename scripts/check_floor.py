@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 
 import bench_models
-from compile_audit.artifacts.report import read_cases
+from compile_audit.artifacts.records import CaseRecord
+from compile_audit.artifacts.report import parse_report, read_cases
 from tests.cases import cases_for
 
 LIBRARIES = ("torch", "transformers", "peft")  # the versions a floor run names
@@ -31,26 +34,27 @@ def expected_cases(model: str, scenario: str) -> list[tuple[str, str]]:
     return [(c.id, c.method) for c in cases_for(scenario) if c.model == model and c.tier == "cpu"]
 
 
-def case_problem(case: dict | None, case_id: str, expected_skip: str | None) -> str | None:
+def case_problem(case: CaseRecord | None, case_id: str, expected_skip: str | None) -> str | None:
     """What is wrong with one case of the report, or None."""
     if case is None:
         return f"{case_id}: not in the report (not collected, or not run)"
-    first_line = (case.get("message") or "").strip().splitlines()[:1]
+    first_line = (case.message or "").strip().splitlines()[:1]
     said = first_line[0] if first_line else "no message"
     if expected_skip is not None:
-        if case["status"] == "skipped" and case.get("message") == expected_skip:
+        if case.status == "skipped" and case.message == expected_skip:
             return None
-        return f"{case_id}: expected a skip with {expected_skip!r}, got {case['status']}: {said}"
-    if case["status"] == "skipped":
+        return f"{case_id}: expected a skip with {expected_skip!r}, got {case.status}: {said}"
+    if case.status == "skipped":
         return f"{case_id}: skipped, yet the installed peft has the method: {said}"
-    if case["status"] == "error" or not case.get("audited"):
-        return f"{case_id}: {case['status']} before its audit: {said}"
+    if case.status == "error" or not case.audited:
+        return f"{case_id}: {case.status} before its audit: {said}"
     return None
 
 
-def check(report: dict, model: str, scenario: str) -> tuple[list[str], list[str]]:
-    """(problems, summary lines) for the report's cases of one model and scenario."""
-    cases = {case["id"]: case for case in report["cases"]}
+def check(report: Mapping[str, Any], model: str, scenario: str) -> tuple[list[str], list[str]]:
+    """(problems, summary lines) for the report's cases of one model and scenario; ``report`` is its JSON."""
+    parsed = parse_report(report, "the report")
+    cases = parsed.by_id
     expected = expected_cases(model, scenario)
     if not expected:
         return [f"no case of model {model!r} and scenario {scenario!r} in the default selection"], []
@@ -64,9 +68,9 @@ def check(report: dict, model: str, scenario: str) -> tuple[list[str], list[str]
             skipped.append(expected_skip)
         else:
             ran += 1
-            if cases[case_id]["status"] == "failed":
+            if cases[case_id].status == "failed":
                 failed.append(case_id)
-    versions = ", ".join(f"{k} {report['versions'][k]}" for k in LIBRARIES)
+    versions = ", ".join(f"{k} {parsed.versions[k]}" for k in LIBRARIES)
     lines = [f"{versions}: {ran} ran ({len(failed)} failed), {len(skipped)} skipped, {len(problems)} problems"]
     lines += [f"- failed (budgets recorded on another version): {case_id}" for case_id in failed]
     lines += [f"- skipped: {reason}" for reason in skipped]
@@ -74,17 +78,16 @@ def check(report: dict, model: str, scenario: str) -> tuple[list[str], list[str]
     return problems, lines
 
 
-def load_report(path: str) -> dict:
-    """The report (read by the gate's own reader), if it is from the peft installed here (the expected skips are
-    asked of it)."""
-    report = read_cases(path).report
-    versions = report.get("versions")
-    if not isinstance(versions, dict) or not set(LIBRARIES) <= versions.keys():
+def load_report(path: str) -> Mapping[str, Any]:
+    """The report's JSON (validated by the gate's own reader), if it is from the peft installed here (the expected
+    skips are asked of it)."""
+    report = read_cases(path)
+    if not set(LIBRARIES) <= report.versions.keys():
         raise ValueError(f"{path}: the report does not name the versions of {', '.join(LIBRARIES)}")
-    installed, recorded = bench_models.library_versions()["peft"], versions["peft"]
+    installed, recorded = bench_models.library_versions()["peft"], report.versions["peft"]
     if recorded != installed:
         raise ValueError(f"the report is from peft {recorded}, this environment has peft {installed}")
-    return report
+    return report.data
 
 
 def main(argv: list[str] | None = None) -> int:

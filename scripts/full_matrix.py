@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from compile_audit.rules.budgets import BudgetFile  # noqa: E402 (the checkout's, not an installed copy)
+from compile_audit.artifacts.report import read_cases  # noqa: E402 (the checkout's, not an installed copy)
+from compile_audit.rules.budgets import BudgetFile  # noqa: E402
 
 DURATIONS = ROOT / "tests" / "durations.json"
 
@@ -132,11 +133,10 @@ def _unmet_allowances(report: Path, extra: list[str]) -> list[str]:
     """The shared allowances of the budgets file the shards judged against that no case of this run met."""
     budgets = next((arg.split("=", 1)[1] for arg in extra if arg.startswith("--budgets=")), None)
     budget_file = BudgetFile.load(Path(budgets) if budgets else ROOT / "tests" / "compile_budgets.toml")
-    cases = json.loads(report.read_text(encoding="utf-8"))["cases"]
     audited = {
-        case["id"]: {(held["cause"], held["identity"]) for held in case.get("allowed_by_causes", [])}
-        for case in cases
-        if case.get("audited")
+        case.id: {(held.cause, held.identity) for held in case.allowed_by_causes}
+        for case in read_cases(report).cases
+        if case.audited
     }
     return budget_file.unmet_allowances(audited)
 

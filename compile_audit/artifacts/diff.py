@@ -23,12 +23,13 @@ import collections
 import dataclasses
 import re
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from compile_audit.artifacts.report import audited, count, read_cases, recompile_limit_hits, section
+from compile_audit.artifacts.records import CaseRecord, RecompileEvent, Root
+from compile_audit.artifacts.report import ReportCases, read_cases
 from compile_audit.normalize import normalize
-from compile_audit.rules.versions import gated_of
 
 STEP_TIME_KEY = "compiled_step_ms"
 MEMORY_SUFFIX = "_bytes"  # every benchmarks entry ending in it is a memory figure (reserved_max_bytes, ...)
@@ -93,13 +94,13 @@ class CaseDiff:
 
 @dataclasses.dataclass
 class ReportDiff:
-    base_versions: dict[str, Any]
-    head_versions: dict[str, Any]
-    base: dict[str, dict[str, Any]]  # cases by id
-    head: dict[str, dict[str, Any]]
+    base_versions: Mapping[str, str]
+    head_versions: Mapping[str, str]
+    base: dict[str, CaseRecord]  # cases by id
+    head: dict[str, CaseRecord]
     changed: list[CaseDiff]
-    only_base: list[tuple[dict[str, Any], bool]]  # (case, counts as a regression)
-    only_head: list[tuple[dict[str, Any], bool]]
+    only_base: list[tuple[CaseRecord, bool]]  # (case, counts as a regression)
+    only_head: list[tuple[CaseRecord, bool]]
     work: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (case id, its compile-work change)
     gated: tuple[str, ...] = ()  # the libraries either report was gated on
 
@@ -119,27 +120,25 @@ class NothingAudited(ValueError):
     """A report in which no case was audited: comparing it would pass having checked nothing."""
 
 
-def load_cases(path: str | Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]], tuple[str, ...]]:
-    """The report's versions, its cases by id and the libraries it was gated on; ValueError naming the file when
-    unusable."""
+def load_cases(path: str | Path) -> ReportCases:
+    """The report, with at least one case audited; ValueError naming the file when unusable."""
     cases = read_cases(path)
     if not cases.audited_count:
-        statuses = collections.Counter(case["status"] for case in cases.cases)
+        statuses = collections.Counter(case.status for case in cases.cases)
         seen = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "no case at all"
         raise NothingAudited(f"{path}: no case was audited ({seen}): nothing to compare")
-    return cases.versions, cases.by_id, gated_of(cases.report)
+    return cases
 
 
-def _why(case: dict[str, Any]) -> str:
+def _why(case: CaseRecord) -> str:
     """Why a case got worse, from its record: the exception it raised, or the verdict's headline and its first
     problem not held by a known failure; else the first line of its message (pytest's, for an error in a fixture)."""
-    if case.get("raised"):
-        return f"{case['raised']}: {case.get('error') or ''}".rstrip(": ")
-    problems = [p for p in case.get("problems") or [] if isinstance(p, dict) and not p.get("held")]
-    headline = case.get("headline")
-    if headline and problems and problems[0].get("summary"):
-        return f"{headline} — {problems[0]['summary']}"
-    return headline or _first_line(case.get("message"))
+    if case.raised:
+        return f"{case.raised}: {case.error or ''}".rstrip(": ")
+    problems = [p for p in case.problems if not p.held]
+    if case.headline and problems and problems[0].summary:
+        return f"{case.headline} — {problems[0].summary}"
+    return case.headline or _first_line(case.message)
 
 
 def _first_line(text: Any, width: int = REASON_WIDTH) -> str:
@@ -160,22 +159,18 @@ def plain(text: str) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\g<0>", text)
 
 
-def _roots(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _roots(case: CaseRecord) -> dict[str, Root]:
     """The case's roots by identity (compile_audit.rules.roots): where Dynamo stopped, with their consequences."""
-    return {str(root.get("identity")): root for root in section(case, "graph_breaks").get("roots") or []}
+    return {root.identity: root for root in case.graph_breaks.roots}
 
 
-def _recompiles(case: dict[str, Any]) -> tuple[collections.Counter, dict[tuple, dict[str, Any]]]:
+def _recompiles(case: CaseRecord) -> tuple[collections.Counter, dict[tuple, RecompileEvent]]:
     counts: collections.Counter = collections.Counter()
-    examples: dict[tuple, dict[str, Any]] = {}
-    for event in section(case, "recompiles").get("events") or []:
-        if event.get("consequence"):  # listed under its root
+    examples: dict[tuple, RecompileEvent] = {}
+    for event in case.recompiles.events:
+        if event.consequence:  # listed under its root
             continue
-        key = (
-            bool(event.get("expected")),
-            normalize(str(event.get("frame", ""))),
-            normalize(str(event.get("reason", ""))),
-        )
+        key = (event.expected, normalize(event.frame), normalize(event.reason))
         counts[key] += 1
         examples.setdefault(key, event)
     return counts, examples
@@ -216,7 +211,7 @@ def _percent_change(metric: str, what: str, old: Any, new: Any, threshold: float
     return Change(metric, text, percent)
 
 
-def _new_roots(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _new_roots(base: CaseRecord, head: CaseRecord) -> list[tuple[str, Root]]:
     """Roots head has beyond base, in head's order: ("new" or "+N hits", the root)."""
     base_roots = _roots(base)
     found = []
@@ -224,42 +219,39 @@ def _new_roots(base: dict[str, Any], head: dict[str, Any]) -> list[tuple[str, di
         before = base_roots.get(identity)
         if before is None:
             found.append(("new", root))
-        elif int(root.get("hits", 1)) > int(before.get("hits", 1)):
-            found.append((f"+{int(root['hits']) - int(before.get('hits', 1))} hits of", root))
+        elif root.hits > before.hits:
+            found.append((f"+{root.hits - before.hits} hits of", root))
     return found
 
 
-def _consequence_text(root: dict[str, Any]) -> str:
-    consequences = root.get("consequences") or {}
-    parts = [
-        f"{len(consequences.get(kind) or [])} {label}"
-        for kind, label in (
-            ("eager_frames", "enclosing frame(s) run eagerly"),
-            ("nested_breaks", "frame(s) compiled on their own that broke"),
-            ("recompiles", "recompile(s)"),
-            ("limit_hits", "recompile-limit hit(s)"),
-        )
-        if consequences.get(kind)
-    ]
+CONSEQUENCES = (
+    ("eager_frames", "enclosing frame(s) run eagerly"),
+    ("nested_breaks", "frame(s) compiled on their own that broke"),
+    ("recompiles", "recompile(s)"),
+    ("limit_hits", "recompile-limit hit(s)"),
+)
+
+
+def _consequence_text(root: Root) -> str:
+    listed = [(len(getattr(root.consequences, kind)), label) for kind, label in CONSEQUENCES]
+    parts = [f"{n} {label}" for n, label in listed if n]
     return f"; so {', '.join(parts)}" if parts else ""
 
 
-def root_line(root: dict[str, Any]) -> str:
+def root_line(root: Root) -> str:
     """A root in markdown: where, in which phases and how often, why, its source line, reached from where."""
-    hits = int(root.get("hits", 1))
-    times = f", x{hits}" if hits > 1 else ""
-    source = f" — {code(root['source'])}" if str(root.get("source") or "").strip() else ""
-    via = f" (reached from {code(root['via'])})" if root.get("via") else ""
-    phases = ", ".join(root.get("phases") or []) or "?"
-    reason = plain(_first_line(root.get("reason")))
-    return f"{code(root.get('location', '?'))} ({phases}{times}): {reason}{source}{via}"
+    times = f", x{root.hits}" if root.hits > 1 else ""
+    source = f" — {code(root.source)}" if root.source.strip() else ""
+    via = f" (reached from {code(root.via)})" if root.via else ""
+    phases = ", ".join(root.phases) or "?"
+    return f"{code(root.location)} ({phases}{times}): {plain(_first_line(root.reason))}{source}{via}"
 
 
-def _break_lines(new_roots: list[tuple[str, dict[str, Any]]]) -> list[str]:
+def _break_lines(new_roots: list[tuple[str, Root]]) -> list[str]:
     return [f"{how} root at {root_line(root)}{_consequence_text(root)}" for how, root in new_roots]
 
 
-def _new_recompile_lines(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+def _new_recompile_lines(base: CaseRecord, head: CaseRecord) -> list[str]:
     base_counts, _ = _recompiles(base)
     head_counts, examples = _recompiles(head)
     extra = head_counts - base_counts
@@ -268,24 +260,16 @@ def _new_recompile_lines(base: dict[str, Any], head: dict[str, Any]) -> list[str
         event = examples[key]
         kind = "expected" if key[0] else "unexpected"
         times = f" x{extra[key]}" if extra[key] > 1 else ""
-        where = f"in {event.get('phase', '?')} of {code(event.get('frame', '?'))}"
-        lines.append(f"new {kind} recompile{times} {where}: {code(_first_line(event.get('reason')))}")
+        where = f"in {event.phase} of {code(event.frame)}"
+        lines.append(f"new {kind} recompile{times} {where}: {code(_first_line(event.reason))}")
     return lines
 
 
-def _signatures(case: dict[str, Any], name: str) -> set[str] | None:
-    """The case's signatures; None for a report written before signatures existed."""
-    values = section(case, name).get("signatures")
-    return {v for v in values if isinstance(v, str)} if isinstance(values, list) else None
-
-
-def _signature_change(base: dict[str, Any], head: dict[str, Any], details: list[str]) -> Change | None:
+def _signature_change(base: CaseRecord, head: CaseRecord, details: list[str]) -> Change | None:
     """New break or unexpected-recompile signatures: a regression even when every count is unchanged."""
     new = []
-    for name, what in (("graph_breaks", "graph break"), ("recompiles", "unexpected recompile")):
-        old, now = _signatures(base, name), _signatures(head, name)
-        if old is None or now is None:
-            continue
+    for side, what in ((lambda c: c.graph_breaks, "graph break"), (lambda c: c.recompiles, "unexpected recompile")):
+        old, now = set(side(base).signatures), set(side(head).signatures)
         for signature in sorted(now - old):
             new.append(signature)
             details.append(f"new {what} signature {code(signature)}")
@@ -294,17 +278,13 @@ def _signature_change(base: dict[str, Any], head: dict[str, Any], details: list[
     return Change("signatures", f"{len(new)} new signature(s)", len(new))
 
 
-def _limit_change(base: dict[str, Any], head: dict[str, Any], details: list[str]) -> Change | None:
-    """Frames on which Dynamo gave up (recompile limit) in head and not in base (a base report written before
-    hits were recorded has nothing to compare with)."""
-    if "limit_hits" not in section(base, "recompiles"):
-        return None
-    base_frames = {normalize(str(hit.get("frame", ""))) for hit in recompile_limit_hits(base)}
-    new = [hit for hit in recompile_limit_hits(head) if normalize(str(hit.get("frame", ""))) not in base_frames]
+def _limit_change(base: CaseRecord, head: CaseRecord, details: list[str]) -> Change | None:
+    """Frames on which Dynamo gave up (recompile limit) in head and not in base."""
+    base_frames = {normalize(hit.frame) for hit in base.recompiles.limit_hits}
+    new = [hit for hit in head.recompiles.limit_hits if normalize(hit.frame) not in base_frames]
     for hit in new:
         details.append(
-            f"new recompile-limit hit in {hit.get('phase', '?')} of {code(hit.get('frame', '?'))}"
-            f" ({hit.get('limit', '?')}): runs eagerly from then on"
+            f"new recompile-limit hit in {hit.phase} of {code(hit.frame)} ({hit.limit}): runs eagerly from then on"
         )
     if not new:
         return None
@@ -312,41 +292,36 @@ def _limit_change(base: dict[str, Any], head: dict[str, Any], details: list[str]
 
 
 def compare_case(
-    base: dict[str, Any], head: dict[str, Any], timing_threshold: float, memory_threshold: float
+    base: CaseRecord, head: CaseRecord, timing_threshold: float, memory_threshold: float
 ) -> CaseDiff | None:
     changes: list[Change | None] = []
     details: list[str] = []
-    status_delta = _status_delta(base["status"], head["status"])
+    status_delta = _status_delta(base.status, head.status)
     if status_delta:
-        changes.append(Change("status", f"status {base['status']} -> {head['status']}", status_delta))
+        changes.append(Change("status", f"status {base.status} -> {head.status}", status_delta))
     if status_delta > 0 and (why := _why(head)):  # why it got worse: the error raised, or the first problem
-        details.append(f"{head['status']}: {plain(_first_line(why))}")
-    if audited(base) and audited(head):
-        breaks = _count_change(
-            "graph breaks (roots)", count(base, "graph_breaks", "count"), count(head, "graph_breaks", "count")
-        )
-        unexpected = _count_change(
-            "unexpected recompiles", count(base, "recompiles", "unexpected"), count(head, "recompiles", "unexpected")
-        )
-        recompiles = _count_change("recompiles", count(base, "recompiles", "count"), count(head, "recompiles", "count"))
+        details.append(f"{head.status}: {plain(_first_line(why))}")
+    if base.audited and head.audited:
+        breaks = _count_change("graph breaks (roots)", base.graph_breaks.count, head.graph_breaks.count)
+        unexpected = _count_change("unexpected recompiles", base.recompiles.unexpected, head.recompiles.unexpected)
+        recompiles = _count_change("recompiles", base.recompiles.count, head.recompiles.count)
         new_roots = _new_roots(base, head)
         first_new = next((root for how, root in new_roots if how == "new"), None)
         if breaks and breaks.delta > 0 and first_new:
-            where, reason = code(first_new.get("location", "?")), plain(_first_line(first_new.get("reason")))
-            breaks.text += f", first at {where}: {reason}"
+            breaks.text += f", first at {code(first_new.location)}: {plain(_first_line(first_new.reason))}"
         details += _break_lines(new_roots)
         if (unexpected and unexpected.delta > 0) or (recompiles and recompiles.delta > 0):
             details += _new_recompile_lines(base, head)
         changes += [_limit_change(base, head, details), _signature_change(base, head, details)]
-        splits = _count_change("ddp splits", count(base, "ddp_splits", "count"), count(head, "ddp_splits", "count"))
+        splits = _count_change("ddp splits", base.ddp_splits.count, head.ddp_splits.count)
         changes += [breaks, unexpected, recompiles, splits]
-    base_bench, head_bench = section(base, "benchmarks"), section(head, "benchmarks")
+    base_bench, head_bench = base.benchmarks, head.benchmarks
     step = base_bench.get(STEP_TIME_KEY), head_bench.get(STEP_TIME_KEY)
     changes.append(_percent_change("compiled step", "compiled step", *step, timing_threshold))
     for key in sorted(k for k in base_bench.keys() & head_bench.keys() if k.endswith(MEMORY_SUFFIX)):
         changes.append(_percent_change("memory", key, base_bench[key], head_bench[key], memory_threshold))
     kept = [c for c in changes if c is not None]
-    return CaseDiff(head["id"], kept, details) if kept else None
+    return CaseDiff(head.id, kept, details) if kept else None
 
 
 WORK = (
@@ -357,31 +332,27 @@ WORK = (
 )
 
 
-def _work(case: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """Compile work per phase (frames, graphs, operations, guards), from the phases of a report that records them."""
-    phases = {}
-    for phase in case.get("phases") if isinstance(case.get("phases"), list) else []:
-        if isinstance(phase, dict) and "name" in phase:
-            phases[str(phase["name"])] = {key: phase[key] for key, _ in WORK if isinstance(phase.get(key), int)}
-    return phases
+def _work(case: CaseRecord) -> dict[str, dict[str, int]]:
+    """Compile work per phase: frames, graphs, operations, guards."""
+    return {phase.name: {key: getattr(phase, key) for key, _ in WORK} for phase in case.phases}
 
 
-def compare_work(base: dict[str, Any], head: dict[str, Any]) -> str | None:
+def compare_work(base: CaseRecord, head: CaseRecord) -> str | None:
     """What Dynamo compiled, when it changed: totals and the phases that moved. Listed, never a regression by
     itself (README: the breaks and recompiles are the gate; work is what they cost)."""
-    if not (audited(base) and audited(head)):
+    if not (base.audited and head.audited and base.phases and head.phases):
         return None
     old, new = _work(base), _work(head)
     parts = []
     for key, label in WORK:
-        before = sum(p.get(key, 0) for p in old.values() if key in p)
-        after = sum(p.get(key, 0) for p in new.values() if key in p)
-        if not any(key in p for p in old.values()) or not any(key in p for p in new.values()) or before == after:
+        before = sum(p[key] for p in old.values())
+        after = sum(p[key] for p in new.values())
+        if before == after:
             continue
         moved = [
             f"{name} {old[name][key]} -> {new[name][key]}"
             for name in new
-            if name in old and key in old[name] and key in new[name] and old[name][key] != new[name][key]
+            if name in old and old[name][key] != new[name][key]
         ]
         parts.append(f"{label} {before} -> {after} ({after - before:+d}{'; ' + ', '.join(moved) if moved else ''})")
     return "; ".join(parts) or None
@@ -394,32 +365,34 @@ def compare(
     memory_threshold: float = DEFAULT_MEMORY_THRESHOLD,
 ) -> ReportDiff:
     """Every case that changed, worst first, and the cases only one report has; ValueError on bad input."""
-    base_versions, base, base_gated = load_cases(base_path)
-    head_versions, head, head_gated = load_cases(head_path)
+    base_report, head_report = load_cases(base_path), load_cases(head_path)
+    base, head = base_report.by_id, head_report.by_id
     changed = [
         diff
         for case_id in sorted(base.keys() & head.keys())
         if (diff := compare_case(base[case_id], head[case_id], timing_threshold, memory_threshold))
     ]
     changed.sort(key=CaseDiff.sort_key)
-    only_base = [(base[i], base[i]["status"] != "skipped") for i in sorted(base.keys() - head.keys())]
-    only_head = [(head[i], head[i]["status"] in ("failed", "error")) for i in sorted(head.keys() - base.keys())]
+    only_base = [(base[i], base[i].status != "skipped") for i in sorted(base.keys() - head.keys())]
+    only_head = [(head[i], head[i].status in ("failed", "error")) for i in sorted(head.keys() - base.keys())]
     work = [
         (case_id, text)
         for case_id in sorted(base.keys() & head.keys())
         if (text := compare_work(base[case_id], head[case_id]))
     ]
-    gated = tuple(dict.fromkeys([*base_gated, *head_gated]))
-    return ReportDiff(base_versions, head_versions, base, head, changed, only_base, only_head, work, gated)
+    gated = tuple(dict.fromkeys([*base_report.gated, *head_report.gated]))
+    return ReportDiff(
+        base_report.versions, head_report.versions, base, head, changed, only_base, only_head, work, gated
+    )
 
 
 # ----------------------------------------------------------------------------- rendering
 
 
-def versions_line(base: dict[str, Any], head: dict[str, Any], libraries: tuple[str, ...]) -> str:
+def versions_line(base: Mapping[str, str], head: Mapping[str, str], libraries: tuple[str, ...]) -> str:
     """The gated libraries' versions on each side."""
 
-    def describe(versions: dict[str, Any]) -> str:
+    def describe(versions: Mapping[str, str]) -> str:
         return ", ".join(f"{name} {versions.get(name, '?')}" for name in libraries)
 
     differing = [name for name in libraries if base.get(name) != head.get(name)]
@@ -432,36 +405,30 @@ def _case_lines(diff: CaseDiff) -> list[str]:
     return [f"- **{diff.case_id}**: {changes}", *(f"  - {detail}" for detail in diff.details)]
 
 
-def _lonely_lines(title: str, cases: list[tuple[dict[str, Any], bool]], why: str) -> list[str]:
+def _lonely_lines(title: str, cases: list[tuple[CaseRecord, bool]], why: str) -> list[str]:
     lines = ["", f"### {title} ({len(cases)})", ""]
     for case, regressed in cases:
         counts = ""
-        if audited(case):
-            breaks, recompiles = count(case, "graph_breaks", "count"), count(case, "recompiles", "count")
-            counts = f", graph breaks {breaks}, recompiles {recompiles}"
-            counts += f" ({count(case, 'recompiles', 'unexpected')} unexpected)"
+        if case.audited:
+            counts = f", graph breaks {case.graph_breaks.count}, recompiles {case.recompiles.count}"
+            counts += f" ({case.recompiles.unexpected} unexpected)"
         flag = f" — **regression**: {why}" if regressed else ""
-        lines.append(f"- **{case['id']}**: {case['status']}{counts}{flag}")
+        lines.append(f"- **{case.id}**: {case.status}{counts}{flag}")
     return lines
 
 
-def chart_lines(result: ReportDiff, section: str, key: str) -> list[str]:
+def chart_lines(result: ReportDiff, label: str, count: Callable[[CaseRecord], int]) -> list[str]:
     """A mermaid bar chart of one count: bars for head, a line for base, for the cases where it changed.
 
     Bars for both would overlap (xychart draws series of one kind on top of each other), hence the line.
     """
     base, head = result.base, result.head
-    ids = [
-        d.case_id
-        for d in result.changed
-        if count(base[d.case_id], section, key) != count(head[d.case_id], section, key)
-    ]
-    ids = [i for i in ids if audited(base[i]) and audited(head[i])][:CHART_LIMIT]
+    ids = [d.case_id for d in result.changed if count(base[d.case_id]) != count(head[d.case_id])]
+    ids = [i for i in ids if base[i].audited and head[i].audited][:CHART_LIMIT]
     if not ids:
         return []
-    old = [count(base[i], section, key) for i in ids]
-    new = [count(head[i], section, key) for i in ids]
-    label = section.replace("_", " ") if key == "count" else f"{key} {section.replace('_', ' ')}"
+    old = [count(base[i]) for i in ids]
+    new = [count(head[i]) for i in ids]
     return [
         "",
         "```mermaid",
@@ -475,17 +442,17 @@ def chart_lines(result: ReportDiff, section: str, key: str) -> list[str]:
     ]
 
 
-def new_roots_across(result: ReportDiff, regressions: list[CaseDiff]) -> list[tuple[dict[str, Any], list[str]]]:
+def new_roots_across(result: ReportDiff, regressions: list[CaseDiff]) -> list[tuple[Root, list[str]]]:
     """Each root new in head, once, with the worse cases that have it, most cases first."""
     cases: dict[str, list[str]] = {}
-    roots: dict[str, dict[str, Any]] = {}
+    roots: dict[str, Root] = {}
     for diff in regressions:
         base, head = result.base[diff.case_id], result.head[diff.case_id]
         for how, root in _new_roots(base, head):
             if how == "new":
-                roots.setdefault(str(root.get("identity")), root)
-                cases.setdefault(str(root.get("identity")), []).append(diff.case_id)
-    return sorted(((roots[i], ids) for i, ids in cases.items()), key=lambda item: (-len(item[1]), item[0]["location"]))
+                roots.setdefault(root.identity, root)
+                cases.setdefault(root.identity, []).append(diff.case_id)
+    return sorted(((roots[i], ids) for i, ids in cases.items()), key=lambda item: (-len(item[1]), item[0].location))
 
 
 def _roots_section(result: ReportDiff, regressions: list[CaseDiff]) -> list[str]:
@@ -497,7 +464,7 @@ def _roots_section(result: ReportDiff, regressions: list[CaseDiff]) -> list[str]
         shown = ", ".join(case_ids[:ROOT_CASES_SHOWN])
         more = f" and {len(case_ids) - ROOT_CASES_SHOWN} more" if len(case_ids) > ROOT_CASES_SHOWN else ""
         lines.append(f"- {root_line(root)}")
-        lines.append(f"  - identity {code(root.get('identity'))}; in {len(case_ids)} worse case(s): {shown}{more}")
+        lines.append(f"  - identity {code(root.identity)}; in {len(case_ids)} worse case(s): {shown}{more}")
     return lines
 
 
@@ -531,8 +498,8 @@ def render(result: ReportDiff, chart: bool = False) -> str:
         lines += ["", f"### Compile work ({len(result.work)})", ""]
         lines += [f"- **{case_id}**: {text}" for case_id, text in result.work]
     if chart:
-        lines += chart_lines(result, "graph_breaks", "count")
-        lines += chart_lines(result, "recompiles", "unexpected")
+        lines += chart_lines(result, "graph breaks", lambda case: case.graph_breaks.count)
+        lines += chart_lines(result, "unexpected recompiles", lambda case: case.recompiles.unexpected)
     return "\n".join([*lines, ""])
 
 

@@ -13,10 +13,11 @@ import argparse
 import collections
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from compile_audit.artifacts.report import audited, clean, count, read_cases, recompile_limit_hits
+from compile_audit.artifacts.records import CaseRecord
+from compile_audit.artifacts.report import ReportCases, read_cases
 
 # "passed" splits in two: clean (no break, only expected recompiles) or within a budget that allows some.
 MARKERS = {"clean": "✅", "passed": "☑️", "failed": "⚠️", "error": "❌", "skipped": "⏭", "xfailed": "🚧"}
@@ -43,31 +44,26 @@ LEGEND = [
 ]
 
 
-def _text(case: dict[str, Any], key: str) -> str:
-    value = case.get(key)
-    return value if isinstance(value, str) else ""
-
-
-def status_of(case: dict[str, Any]) -> str:
+def status_of(case: CaseRecord) -> str:
     """The case's status, with "passed" split into "clean" and "passed" (within a budget above zero)."""
-    return "clean" if clean(case) else case["status"]
+    return "clean" if case.clean else case.status
 
 
-def load_cases(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The report and its cases; ValueError naming the file when a case lacks what a cell needs (the matrix lays
-    cases out by model, method and scenario)."""
-    cases = read_cases(path)
-    for index, case in enumerate(cases.cases):
-        missing = [key for key in CELL_FIELDS if not isinstance(case.get(key), str)]
+def load_cases(path: str | Path) -> ReportCases:
+    """The report; ValueError naming the file when a case lacks what a cell needs (the matrix lays cases out by
+    model, method and scenario)."""
+    report = read_cases(path)
+    for index, case in enumerate(report.cases):
+        missing = [key for key in CELL_FIELDS if getattr(case, key) is None]
         if missing:
             raise ValueError(f"{path}: case #{index} has no {', '.join(missing)}")
-    return cases.report, cases.cases
+    return report
 
 
-def section_of(case: dict[str, Any]) -> tuple[str, str]:
+def section_of(case: CaseRecord) -> tuple[str, str]:
     """(tier, title) of the table a case goes in: one per model and device/backend."""
-    device, backend = _text(case, "device") or "cpu", _text(case, "backend") or "?"
-    return (_text(case, "tier") or device, f"{case['model']} · {device} / {backend}")
+    device, backend = case.device or "cpu", case.backend or "?"
+    return (case.tier or device, f"{case.model} · {device} / {backend}")
 
 
 class Footnotes:
@@ -87,35 +83,33 @@ class Footnotes:
         return [f"[^{number}]: {text}" for text, number in self.numbers.items()]
 
 
-def cell(case: dict[str, Any], footnotes: Footnotes) -> str:
-    status = case["status"]
+def cell(case: CaseRecord, footnotes: Footnotes) -> str:
+    status = case.status
     marker = MARKERS.get(status_of(case), UNKNOWN_MARKER)
-    if status == "skipped" or (status == "error" and not audited(case)):
-        return marker + footnotes.ref(_text(case, "message") or status)
+    if status == "skipped" or (status == "error" and not case.audited):
+        return marker + footnotes.ref(case.message or status)
     if status == "xfailed":
-        marker += footnotes.ref(_text(case, "message") or status)
-    text = f"{marker} {count(case, 'graph_breaks', 'count')} / {count(case, 'recompiles', 'count')}"
-    unexpected = count(case, "recompiles", "unexpected")
-    if unexpected:
-        text += f" ({unexpected} unexp.)"
-    splits = count(case, "ddp_splits", "count")
-    if splits:
-        text += f" · {splits} DDP splits"
-    if recompile_limit_hits(case):
+        marker += footnotes.ref(case.message or status)
+    text = f"{marker} {case.graph_breaks.count} / {case.recompiles.count}"
+    if case.recompiles.unexpected:
+        text += f" ({case.recompiles.unexpected} unexp.)"
+    if case.ddp_splits.count:
+        text += f" · {case.ddp_splits.count} DDP splits"
+    if case.recompiles.limit_hits:
         text += " recompile limit"
-    speedup = (case.get("benchmarks") or {}).get("speedup")
+    speedup = case.benchmarks.get("speedup")
     if isinstance(speedup, (int, float)) and not isinstance(speedup, bool):
         text += f" · {speedup:.2f}×"
     if status == "error":
-        text += footnotes.ref(_text(case, "message") or "error")
+        text += footnotes.ref(case.message or "error")
     return text
 
 
-def _table(cases: list[dict[str, Any]], footnotes: Footnotes) -> list[str]:
-    scenarios = sorted({c["scenario"] for c in cases})
-    by_method: dict[str, dict[str, dict]] = collections.defaultdict(dict)
+def _table(cases: list[CaseRecord], footnotes: Footnotes) -> list[str]:
+    scenarios = sorted({c.scenario for c in cases})
+    by_method: dict[str, dict[str, CaseRecord]] = collections.defaultdict(dict)
     for case in cases:
-        by_method[case["method"]][case["scenario"]] = case
+        by_method[case.method][case.scenario] = case
     lines = ["| method | " + " | ".join(scenarios) + " |", "| --- |" + " --- |" * len(scenarios)]
     for method in sorted(by_method):
         cells = [cell(by_method[method][s], footnotes) if s in by_method[method] else NOT_A_CASE for s in scenarios]
@@ -123,15 +117,15 @@ def _table(cases: list[dict[str, Any]], footnotes: Footnotes) -> list[str]:
     return lines
 
 
-def _tally(cases: list[dict[str, Any]]) -> collections.Counter:
+def _tally(cases: list[CaseRecord]) -> collections.Counter:
     return collections.Counter(status_of(c) for c in cases)
 
 
-def regenerate_command(report_path: str, output: str | None, cases: list[dict[str, Any]]) -> str:
+def regenerate_command(report_path: str, output: str | None, cases: Sequence[CaseRecord]) -> str:
     pytest_args = ["pytest"]
-    if cases and all(_text(c, "tier") == "cuda" for c in cases):
+    if cases and all(c.tier == "cuda" for c in cases):
         pytest_args += ["-m", "gpu"]
-    cpu_backends = {_text(c, "backend") for c in cases if _text(c, "tier") == "cpu"}
+    cpu_backends = {c.backend or "" for c in cases if c.tier == "cpu"}
     if cpu_backends and cpu_backends != {"eager"}:
         pytest_args += ["--cpu-backend", sorted(cpu_backends)[0]]
     matrix_args = ["python", "-m", "compile_audit.artifacts.matrix", report_path] + (
@@ -140,24 +134,19 @@ def regenerate_command(report_path: str, output: str | None, cases: list[dict[st
     return f"{shlex.join([*pytest_args, '--compile-report', report_path])} && {shlex.join(matrix_args)}"
 
 
-def render(
-    report: dict[str, Any],
-    cases: list[dict[str, Any]],
-    report_path: str,
-    output: str | None = None,
-    regenerate: str | None = None,
-) -> str:
-    versions = report.get("versions") or {}
-    described = ", ".join(f"{name} {version}" for name, version in versions.items())
+def render(report: ReportCases, report_path: str, output: str | None = None, regenerate: str | None = None) -> str:
+    cases = report.cases
+    described = ", ".join(f"{name} {version}" for name, version in report.versions.items())
+    created = "?" if report.created is None else report.created
     lines = [
         "# torch.compile compatibility matrix",
         "",
-        f"Generated from `{report_path}` (run of {report.get('created', '?')}) with {described or 'unknown versions'}.",
+        f"Generated from `{report_path}` (run of {created}) with {described or 'unknown versions'}.",
         f"Regenerate: `{regenerate or regenerate_command(report_path, output, cases)}`",
         "",
         *LEGEND,
     ]
-    sections: dict[tuple[str, str], list[dict]] = collections.defaultdict(list)
+    sections: dict[tuple[str, str], list[CaseRecord]] = collections.defaultdict(list)
     for case in cases:
         sections[section_of(case)].append(case)
     order = sorted(sections)
@@ -176,8 +165,8 @@ def render(
     for key in order:
         lines += ["", f"## {key[1]}", ""]
         section = sections[key]
-        reasons = {_text(c, "message") for c in section}
-        if all(c["status"] == "skipped" for c in section) and len(reasons) == 1:
+        reasons = {c.message or "" for c in section}
+        if all(c.status == "skipped" for c in section) and len(reasons) == 1:
             # A whole tier not run on this machine (no CUDA, say) reads better as one line than a table of ⏭.
             every = "The case was" if len(section) == 1 else f"All {len(section)} cases were"
             lines.append(f"{every} skipped{footnotes.ref(reasons.pop() or 'skipped')}.")
@@ -200,11 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        report, cases = load_cases(args.report)
+        report = load_cases(args.report)
     except ValueError as error:
         print(f"compile_audit.artifacts.matrix: {error}", file=sys.stderr)
         return 2
-    text = render(report, cases, args.report, args.output, args.regenerate)
+    text = render(report, args.report, args.output, args.regenerate)
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text, encoding="utf-8")

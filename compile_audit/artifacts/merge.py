@@ -8,6 +8,9 @@ whole selection writes, so the diff and the matrix read it unchanged::
 A re-run of some of their cases (after a fix, or to confirm recorded known failures) replaces those cases::
 
     python -m compile_audit.artifacts.merge out/shard-*.json --rerun out/rerun.json --output out/report.json
+
+Every report is read and validated as typed records; the merged one keeps the reports' schema and their cases as
+they were written.
 """
 
 from __future__ import annotations
@@ -17,35 +20,41 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from compile_audit.artifacts.report import build_report, read_cases, write_report
-from compile_audit.rules.versions import gated_of
+from compile_audit.artifacts.report import ReportCases, build_report, read_cases, write_report
 
 
 def merge_reports(paths: list[str | Path], reruns: list[str | Path] = ()) -> dict[str, Any]:
-    """ValueError naming the files when shards disagree on versions or share a case, or a re-run holds a case no
-    shard has (a new case belongs in a shard)."""
+    """ValueError naming the files when shards disagree on versions or schema or share a case, or a re-run holds a
+    case no shard has (a new case belongs in a shard)."""
     if not paths:
         raise ValueError("no shard reports given")
     shards = [read_cases(path) for path in paths]
     first = shards[0]
     owner: dict[str, Path] = {}
     for shard in shards:
-        _same_versions(first, shard)
+        _same_run(first, shard)
         for case_id in shard.by_id:
             if case_id in owner:
                 raise ValueError(f"case {case_id!r} is in both {owner[case_id]} and {shard.path}: shards overlap")
             owner[case_id] = shard.path
-    cases = {case["id"]: case for shard in shards for case in shard.cases}
+    cases = {case["id"]: case for shard in shards for case in shard.data["cases"]}
     for rerun in map(read_cases, reruns):
-        _same_versions(first, rerun)
-        for case_id, case in rerun.by_id.items():
-            if case_id not in cases:
-                raise ValueError(f"case {case_id!r} of the re-run {rerun.path} is in no shard report")
-            cases[case_id] = case
-    return build_report(list(cases.values()), first.versions, gated_of(first.report))
+        _same_run(first, rerun)
+        for case in rerun.data["cases"]:
+            if case["id"] not in cases:
+                raise ValueError(f"case {case['id']!r} of the re-run {rerun.path} is in no shard report")
+            cases[case["id"]] = case
+    return build_report(list(cases.values()), dict(first.versions), first.gated, first.schema)
 
 
-def _same_versions(first, other) -> None:
+def _same_run(first: ReportCases, other: ReportCases) -> None:
+    """The same versions, and the same schema: the merged report keeps the cases as they were written."""
+    if other.schema != first.schema:
+        raise ValueError(f"{first.path} is a {first.schema} report and {other.path} a {other.schema} one")
+    _same_versions(first, other)
+
+
+def _same_versions(first: ReportCases, other: ReportCases) -> None:
     if other.versions != first.versions:
         differing = sorted(
             name

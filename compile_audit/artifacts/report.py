@@ -1,16 +1,9 @@
 """The run report: one record per case, as JSON (``--compile-report``) and as a terminal table, and the one
-reader of reports that the diff and the matrix share.
+reader of reports that the diff, the matrix, merge and the tools share.
 
-Schema ``compile-audit-report/2`` (documented in README.md)::
-
-    {"schema": ..., "created": ISO time, "versions": {"torch": ..., ...},
-     "cases": [{"id", "model", "method", "scenario", "device", "backend",
-                "status": "passed" | "failed" | "skipped" | "xfailed" | "error", "message": str | null,
-                "graph_breaks": {"count", "budget", "calls": [...]},
-                "recompiles": {"count", "budget", "unexpected", "unexpected_budget", "events": [...]},
-                "ddp_splits": {"count", "budget"},
-                "steady_state_compiles", "compile_seconds", "wall_seconds", "phases": [...],
-                "benchmarks": {...}}]}
+The format is docs/report-schema.md (schema ``compile-audit-report/3``); ``read_cases`` gives a report's cases as
+typed records (compile_audit.artifacts.records). It also reads ``compile-audit-report/2``, the schema before cases
+recorded what causes' shared allowances held: what a /2 report lacks reads as empty, and no reader sees the difference.
 """
 
 from __future__ import annotations
@@ -18,22 +11,29 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
+from compile_audit.artifacts.json_fields import ReportError, Where, field_value, read_only_mapping, texts
+from compile_audit.artifacts.records import CaseRecord
 from compile_audit.files import write_text_atomic
 from compile_audit.rules.versions import DEFAULT_GATED
 
-SCHEMA = "compile-audit-report/2"
-REQUIRED_FIELDS = ("id", "status")
+SCHEMA = "compile-audit-report/3"
+# The older schemas this reader accepts, each with the case fields it never had. Those fields are left out of its
+# cases, so that they read as empty: the few /2 files written while allowed_by_causes was being added carry it as
+# text, which no reader parses.
+OLDER_SCHEMAS = {"compile-audit-report/2": ("allowed_by_causes",)}
+READABLE_SCHEMAS = (SCHEMA, *OLDER_SCHEMAS)
 
 
 def build_report(
-    cases: list[dict[str, Any]], versions: dict[str, str], gated: Sequence[str] = DEFAULT_GATED
+    cases: list[dict[str, Any]], versions: dict[str, str], gated: Sequence[str] = DEFAULT_GATED, schema: str = SCHEMA
 ) -> dict[str, Any]:
     return {
-        "schema": SCHEMA,
+        "schema": schema,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "versions": versions,
         "gated": list(gated),
@@ -46,93 +46,98 @@ def write_report(path: str | Path, report: dict[str, Any]) -> None:
 
 
 def load_report(path: str | Path) -> dict[str, Any]:
+    """The report's JSON, of a schema this reader accepts; ReportError naming the file otherwise."""
     path = Path(path)
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: cannot read the report: {error}") from None
-    if not isinstance(report, dict) or report.get("schema") != SCHEMA:
-        found = report.get("schema") if isinstance(report, dict) else type(report).__name__
-        raise ValueError(f"{path}: not a compile report (schema {found!r}, expected {SCHEMA!r})")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ReportError(f"{path}: cannot read the report: {error}") from None
+    _schema(report, Where(str(path)))
     return report
+
+
+def _schema(data: Any, where: Where) -> str:
+    found = data.get("schema") if isinstance(data, Mapping) else type(data).__name__
+    if found not in READABLE_SCHEMAS:
+        expected = " or ".join(map(repr, READABLE_SCHEMAS))
+        raise where.error(f"not a compile report this checkout reads (schema {found!r}, expected {expected})")
+    return found
 
 
 # ----------------------------------------------------------------------------- reading cases
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class ReportCases:
-    """A report's versions and cases (in file order), validated; ``by_id`` for lookups."""
+    """A report, validated: its own fields and its cases (in file order), typed."""
 
     path: Path
-    report: dict[str, Any]
-    cases: list[dict[str, Any]]
+    schema: str
+    created: str | None
+    versions: Mapping[str, str]  # library -> version
+    gated: tuple[str, ...]  # the libraries whose versions decide whether a budget is current
+    cases: tuple[CaseRecord, ...]
+    data: Mapping[str, Any]  # the JSON as read, for the tools that write a report from it (merge, the gate)
 
     @property
-    def versions(self) -> dict[str, Any]:
-        versions = self.report.get("versions")
-        return versions if isinstance(versions, dict) else {}
-
-    @property
-    def by_id(self) -> dict[str, dict[str, Any]]:
-        return {case["id"]: case for case in self.cases}
+    def by_id(self) -> dict[str, CaseRecord]:
+        return {case.id: case for case in self.cases}
 
     @property
     def audited_count(self) -> int:
-        return sum(audited(case) for case in self.cases)
+        return sum(case.audited for case in self.cases)
 
 
 def read_cases(path: str | Path) -> ReportCases:
-    """Every case of a report; ValueError naming the file and the case when one is unusable."""
-    report = load_report(path)
-    cases = report.get("cases")
+    """Every case of a report; ReportError (a ValueError) naming the file, the case and the field when one is
+    unusable."""
+    return parse_report(load_report(path), path)
+
+
+def parse_report(data: Any, path: str | Path) -> ReportCases:
+    """A report's JSON, already read from ``path``, as typed records; ReportError as ``read_cases``."""
+    where = Where(str(path))
+    schema = _schema(data, where)
+    cases = data.get("cases")
     if not isinstance(cases, list):
-        raise ValueError(f"{path}: 'cases' is not a list")
-    seen: set[str] = set()
+        raise where.error("'cases' is not a list")
+    lacking = OLDER_SCHEMAS.get(schema, ())
+    records, seen = [], set()
     for index, case in enumerate(cases):
-        missing = [k for k in REQUIRED_FIELDS if not isinstance(case, dict) or not isinstance(case.get(k), str)]
+        missing = [key for key in ("id", "status") if not isinstance(case, dict) or not isinstance(case.get(key), str)]
         if missing:
-            raise ValueError(f"{path}: case #{index} has no {', '.join(missing)}")
+            raise where.error(f"case #{index} has no {', '.join(missing)}")
         if case["id"] in seen:
-            raise ValueError(f"{path}: case {case['id']!r} appears twice")
+            raise where.error(f"case {case['id']!r} appears twice")
         seen.add(case["id"])
-    return ReportCases(Path(path), report, cases)
-
-
-def section(case: dict[str, Any], name: str) -> dict[str, Any]:
-    value = case.get(name)
-    return value if isinstance(value, dict) else {}
-
-
-def count(case: dict[str, Any], name: str, key: str) -> int:
-    value = section(case, name).get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def audited(case: dict[str, Any]) -> bool:
-    """Whether the case was compiled and measured (a skip, or a crash before compiling, was not). Its counts compare
-    with another run's, a known failure's included: it stops where it always stops, at the end of the phase that hit
-    the recompile limit, so a new break in it is a regression like any other."""
-    return bool(case.get("audited", bool(case.get("phases"))))
-
-
-def recompile_limit_hits(case: dict[str, Any]) -> list[dict[str, Any]]:
-    hits = section(case, "recompiles").get("limit_hits")
-    return [hit for hit in hits if isinstance(hit, dict)] if isinstance(hits, list) else []
-
-
-def clean(case: dict[str, Any]) -> bool:
-    """Compiles cleanly: audited, passed, no graph break, no unexpected recompile, Dynamo never gave up."""
-    return (
-        audited(case)
-        and case.get("status") == "passed"
-        and count(case, "graph_breaks", "count") == 0
-        and count(case, "recompiles", "unexpected") == 0
-        and not recompile_limit_hits(case)
+        kept = {key: value for key, value in case.items() if key not in lacking}
+        records.append(CaseRecord.from_dict(kept, dataclasses.replace(where, case=f"case #{index}")))
+    versions = read_only_mapping(data, "versions", where)
+    for name in versions:
+        field_value(versions, name, where.at("versions"), str, "")
+    return ReportCases(
+        path=Path(path),
+        schema=schema,
+        created=field_value(data, "created", where, str, None, optional=True),
+        versions=versions,
+        gated=texts(data, "gated", where) if "gated" in data else tuple(versions),  # absent: every library it names
+        cases=tuple(records),
+        data=MappingProxyType(data),
     )
 
 
 # ----------------------------------------------------------------------------- terminal table
+# The session's records as it builds them, before any file: a case skipped in setup has no counts ("-").
+
+
+def _section(case: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = case.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def _count(case: Mapping[str, Any], name: str, key: str) -> int:
+    value = _section(case, name).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _fraction(value: Any, budget: Any) -> str:
@@ -144,13 +149,15 @@ def _fraction(value: Any, budget: Any) -> str:
 def summary_table(cases: list[dict[str, Any]]) -> list[str]:
     """Fixed-width lines: case, graph breaks/budget, DDP splits/budget (when a case has any), recompiles/budget
     (unexpected), seconds, status."""
-    with_splits = any(count(c, "ddp_splits", "count") or count(c, "ddp_splits", "budget") for c in cases)
+    with_splits = any(_count(c, "ddp_splits", "count") or _count(c, "ddp_splits", "budget") for c in cases)
     rows = [("case", "breaks", *(("splits",) if with_splits else ()), "recompiles", "unexpected", "seconds", "status")]
     for case in sorted(cases, key=lambda c: c["id"]):
-        breaks, recompiles = section(case, "graph_breaks"), section(case, "recompiles")
-        splits = section(case, "ddp_splits")
+        breaks, recompiles = _section(case, "graph_breaks"), _section(case, "recompiles")
+        splits = _section(case, "ddp_splits")
         seconds = case.get("wall_seconds")
-        status = case["status"] + (" (recompile limit hit)" if recompile_limit_hits(case) else "")
+        hits = recompiles.get("limit_hits")
+        limit_hit = isinstance(hits, list) and any(isinstance(hit, dict) for hit in hits)
+        status = case["status"] + (" (recompile limit hit)" if limit_hit else "")
         rows.append(
             (
                 case["id"],

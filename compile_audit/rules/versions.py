@@ -4,7 +4,6 @@ names them (the ``compile_gated_libraries`` ini value of the plugin); torch alon
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 DEFAULT_GATED = ("torch",)
 
@@ -12,12 +11,3 @@ DEFAULT_GATED = ("torch",)
 def gated(versions: Mapping[str, str], libraries: Sequence[str] = DEFAULT_GATED) -> dict[str, str]:
     """The gated libraries' entries of a versions mapping (those it has)."""
     return {name: versions[name] for name in libraries if name in versions}
-
-
-def gated_of(report: Mapping[str, Any]) -> tuple[str, ...]:
-    """The libraries a report was gated on (its ``gated``); a report without them: every library it names."""
-    named = report.get("gated")
-    if isinstance(named, list) and all(isinstance(name, str) for name in named):
-        return tuple(named)
-    versions = report.get("versions")
-    return tuple(versions) if isinstance(versions, dict) else ()

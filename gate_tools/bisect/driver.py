@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from compile_audit.artifacts.records import CaseRecord
 from gate_tools.bisect.search import BAD, GOOD, SKIP, Outcome, Verdict, bisect
 from gate_tools.bisect.signature import Signature, signature_of, untestable_reason
 
@@ -30,7 +30,7 @@ class Candidate:
 
 @dataclasses.dataclass
 class Measurement:
-    case: dict[str, Any] | None  # the case's record in the report
+    case: CaseRecord | None  # the case's record in the report
     untestable: str | None = None  # why this candidate says nothing; None when the case was audited
     report: Path | None = None
 
@@ -39,7 +39,7 @@ class Measurement:
         return cls(None, why, report)
 
     @classmethod
-    def of_case(cls, case: dict[str, Any] | None, report: Path | None = None) -> Measurement:
+    def of_case(cls, case: CaseRecord | None, report: Path | None = None) -> Measurement:
         return cls(case, untestable_reason(case), report)
 
     @property

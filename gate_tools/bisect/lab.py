@@ -18,9 +18,8 @@ import re
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
-from compile_audit.artifacts.report import load_report
+from compile_audit.artifacts.report import read_cases
 from gate_tools.bisect.driver import Measurement
 from gate_tools.venv import ScratchVenv
 
@@ -97,10 +96,6 @@ def error_line(output: str) -> str:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^\w.-]+", "-", text).strip("-")[:60]
-
-
-def _find_case(report: dict[str, Any], case_id: str) -> dict[str, Any] | None:
-    return next((case for case in report.get("cases") or [] if case.get("id") == case_id), None)
 
 
 class Lab:
@@ -198,10 +193,10 @@ class Lab:
         if not report_path.exists():
             return Measurement.failed(f"pytest wrote no report (exit status {status}: {error})")
         try:
-            report = load_report(report_path)
+            report = read_cases(report_path)
         except ValueError as problem:
             return Measurement.failed(str(problem), report_path)
-        return Measurement.of_case(_find_case(report, self.case_id), report_path)
+        return Measurement.of_case(report.by_id.get(self.case_id), report_path)
 
     def measure(
         self,

@@ -20,6 +20,8 @@ import collections
 import dataclasses
 from typing import Any
 
+from compile_audit.artifacts.records import CaseRecord, Root
+
 LIST_LIMIT = 10  # evidence lines per kind of change; the rest are counted
 TEXT_WIDTH = 160
 MESSAGE_WIDTH = 480  # the gate's messages put the measured evidence last (a known failure's "today: ...")
@@ -53,53 +55,37 @@ def _first_line(text: Any) -> str:
     return lines[0].strip() if lines else ""
 
 
-def untestable_reason(case: dict[str, Any] | None) -> str | None:
+def untestable_reason(case: CaseRecord | None) -> str | None:
     """Why this run says nothing about the case's compile behaviour, or None when it was audited."""
     if case is None:
         return "the case did not run (not in the report)"
-    if not case.get("audited"):
-        message = _shorten(_first_line(case.get("message"))) or "no message"
-        return f"the case was not audited ({case.get('status', '?')}: {message})"
+    if not case.audited:
+        message = _shorten(_first_line(case.message)) or "no message"
+        return f"the case was not audited ({case.status}: {message})"
     return None
 
 
-def _section(case: dict[str, Any], name: str) -> dict[str, Any]:
-    value = case.get(name)
-    return value if isinstance(value, dict) else {}
-
-
-def roots_of(case: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def roots_of(case: CaseRecord) -> dict[str, Root]:
     """The case's roots by identity (the report's ``graph_breaks.roots``)."""
-    roots = _section(case, "graph_breaks").get("roots") or []
-    return {str(root["identity"]): root for root in roots if isinstance(root, dict) and root.get("identity")}
+    return {root.identity: root for root in case.graph_breaks.roots if root.identity}
 
 
-def recompile_counts(case: dict[str, Any]) -> collections.Counter:
+def recompile_counts(case: CaseRecord) -> collections.Counter:
     """Recompiles per (expected, identity) over every recompile event of the case."""
-    counts: collections.Counter = collections.Counter()
-    for event in _section(case, "recompiles").get("events") or []:
-        identity = str(event.get("signature") or event.get("frame") or "?")
-        counts[(bool(event.get("expected")), identity)] += 1
-    return counts
+    return collections.Counter((event.expected, event.signature) for event in case.recompiles.events)
 
 
-def _identities(case: dict[str, Any], name: str) -> frozenset[str]:
-    values = _section(case, name).get("signatures")
-    return frozenset(str(v) for v in values) if isinstance(values, list) else frozenset()
-
-
-def signature_of(case: dict[str, Any]) -> Signature:
+def signature_of(case: CaseRecord) -> Signature:
     """The signature of an audited case (see the module docstring)."""
-    breaks = frozenset(roots_of(case)) | _identities(case, "graph_breaks")
-    recompile_signatures = _identities(case, "recompiles")
-    if case.get("status") == "xfailed":
+    breaks = frozenset(roots_of(case)) | frozenset(case.graph_breaks.signatures)
+    recompile_signatures = frozenset(case.recompiles.signatures)
+    if case.status == "xfailed":
         return Signature("xfailed", None, None, None, breaks, frozenset(), recompile_signatures)
-    recompiles = _section(case, "recompiles")
     return Signature(
-        status=str(case.get("status")),
-        graph_breaks=_section(case, "graph_breaks").get("count", 0),
-        recompiles=recompiles.get("count", 0),
-        unexpected_recompiles=recompiles.get("unexpected", 0),
+        status=case.status,
+        graph_breaks=case.graph_breaks.count,
+        recompiles=case.recompiles.count,
+        unexpected_recompiles=case.recompiles.unexpected,
         breaks=breaks,
         guards=frozenset(recompile_counts(case)),
         recompile_signatures=recompile_signatures,
@@ -124,32 +110,26 @@ def _count_lines(before: Signature, after: Signature) -> list[str]:
     return lines
 
 
-def _root_line(how: str, root: dict[str, Any], times: str) -> str:
-    where = root.get("location") or root.get("identity")
-    text = f"{how} root at {where} ({times}): {_shorten(_first_line(root.get('reason')))}"
-    source = str(root.get("source") or "").strip()
+def _root_line(how: str, root: Root, times: str) -> str:
+    text = f"{how} root at {root.location or root.identity} ({times}): {_shorten(_first_line(root.reason))}"
+    source = root.source.strip()
     return f"{text}\n      {source}" if source else text
 
 
-def _hits(root: dict[str, Any]) -> int:
-    hits = root.get("hits")
-    return hits if isinstance(hits, int) else 1
-
-
-def _break_lines(before_case: dict[str, Any], after_case: dict[str, Any]) -> list[str]:
+def _break_lines(before_case: CaseRecord, after_case: CaseRecord) -> list[str]:
     """Roots new or gone by identity, and kept roots whose hits moved."""
     old, new = roots_of(before_case), roots_of(after_case)
-    added = [_root_line("new", new[i], f"x{_hits(new[i])}") for i in new if i not in old]
-    gone = [_root_line("gone", old[i], f"x{_hits(old[i])}") for i in old if i not in new]
+    added = [_root_line("new", new[i], f"x{new[i].hits}") for i in new if i not in old]
+    gone = [_root_line("gone", old[i], f"x{old[i].hits}") for i in old if i not in new]
     moved = [
-        _root_line("kept", new[i], f"x{_hits(old[i])} -> x{_hits(new[i])}")
+        _root_line("kept", new[i], f"x{old[i].hits} -> x{new[i].hits}")
         for i in new
-        if i in old and _hits(old[i]) != _hits(new[i])
+        if i in old and old[i].hits != new[i].hits
     ]
     return _capped(added) + _capped(gone) + _capped(moved)
 
 
-def _guard_lines(before_case: dict[str, Any], after_case: dict[str, Any]) -> list[str]:
+def _guard_lines(before_case: CaseRecord, after_case: CaseRecord) -> list[str]:
     """Recompiles that happen only in one run, and those in both whose count moved; unexpected first."""
     old, new = recompile_counts(before_case), recompile_counts(after_case)
     lines = []
@@ -165,19 +145,19 @@ def _guard_lines(before_case: dict[str, Any], after_case: dict[str, Any]) -> lis
     return _capped(lines)
 
 
-def _message_lines(before_case: dict[str, Any], after_case: dict[str, Any]) -> list[str]:
+def _message_lines(before_case: CaseRecord, after_case: CaseRecord) -> list[str]:
     """The gate's own message of each side when the status changed (why it failed, or was a known failure)."""
-    if before_case.get("status") == after_case.get("status"):
+    if before_case.status == after_case.status:
         return []
     pairs = (("before", before_case), ("after", after_case))
     return [
-        f"    {side}: {_shorten(_first_line(case.get('headline') or case.get('message')), MESSAGE_WIDTH)}"
+        f"    {side}: {_shorten(_first_line(case.headline or case.message), MESSAGE_WIDTH)}"
         for side, case in pairs
-        if case.get("headline") or case.get("message")
+        if case.headline or case.message
     ]
 
 
-def evidence(before_case: dict[str, Any], after_case: dict[str, Any]) -> list[str]:
+def evidence(before_case: CaseRecord, after_case: CaseRecord) -> list[str]:
     """What changed from one audited run of a case to another, one item per line (sources indented)."""
     before, after = signature_of(before_case), signature_of(after_case)
     counts = _count_lines(before, after)

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from compile_audit.artifacts.json_fields import Where
+from compile_audit.artifacts.records import CaseRecord
 from compile_audit.artifacts.report import SCHEMA
 from compile_audit.normalize import normalize
 from compile_audit.probe.guards import parse_guard_failure
@@ -119,6 +121,60 @@ def case(
         "phases": phases,
         "benchmarks": benchmarks or {},
     }
+
+
+def record(data: dict[str, Any]) -> CaseRecord:
+    """A hand-written case as the report's readers get it."""
+    return CaseRecord.from_dict(data, Where("fake report"))
+
+
+def plugin_case(case_id: str = "llama-tiny/loha/train-eval-train") -> dict[str, Any]:
+    """A failed case with every field the plugin writes (compile_gate.plugin), each one set."""
+    data = case(
+        case_id,
+        "failed",
+        breaks=[brk("peft/tuners/loha/layer.py:241", LOHA_REASON, LOHA_SOURCE, occurrences=6)],
+        recompiles=[
+            recompile("eval-1", EVAL_RECOMPILE, expected=True),
+            recompile("train-4", TYPE_ID_RECOMPILE, expected=False, frame=DEPRECATION_FRAME),
+        ],
+        break_budget=4,
+        recompile_budget=3,
+        message=f"{case_id}: graph breaks 6/4\n- over budget",
+        benchmarks={"compiled_step_ms": 12.5, "reserved_max_bytes": 2**30, "policy": {"threads": 2}},
+    )
+    events = data["recompiles"]["events"]
+    events[0]["consequence"], events[1]["consequence"] = False, True
+    limit_hit = {"phase": "train-4", "frame": DEPRECATION_FRAME, "limit": "recompile_limit (8)", "last_guard": "x"}
+    for index, phase in enumerate(data["phases"]):
+        phase.update(operations_captured=40 + index, guards=12 + index, limit_hits=[])
+    data["phases"][2]["limit_hits"] = [limit_hit]
+    data["phases"][1]["ddp_splits"] = [{"pieces": 2, "bucket_bytes_cap": 1024, "bucket_params": [3, 4]}]
+    data["graph_breaks"].update(signatures=[data["graph_breaks"]["roots"][0]["identity"]], records=8)
+    data["graph_breaks"]["roots"][0].update(
+        via="peft/tuners/loha/model.py:80",
+        consequences={
+            "eager_frames": ["forward at peft/tuners/loha/layer.py:230"],
+            "nested_breaks": ["inner at x.py:1: Unsupported"],
+            "recompiles": [events[1]["reason"]],
+            "limit_hits": ["[train-4] wrapped_func hit Dynamo's recompile_limit (8)"],
+        },
+    )
+    data["recompiles"].update(signatures=[events[1]["signature"]], consequences=1, limit_hits=[limit_hit])
+    data.update(
+        ddp_splits={"count": 1, "budget": 1},
+        steady_state_compiles=1,
+        frames_compiled=9,
+        allowed_by_causes=[{"cause": "checkpointing", "identity": "x.py in f: gb0001", "count": 2}],
+        footprint={"peft/tuners/loha/layer.py": ["Linear.forward"]},
+        footprint_lines={"peft/tuners/loha/layer.py": [230, 241]},
+        problems=[{"kind": "over budget", "names": [], "held": False, "summary": "graph breaks: 6 > budget 4"}],
+        headline=f"{case_id}: graph breaks 6/4",
+        raised="RuntimeError",
+        error="boom",
+        policy={"dynamo": {"recompile_limit": 8}, "threads": 2},
+    )
+    return data
 
 
 def report(cases: list[dict[str, Any]], **versions: str) -> dict[str, Any]:

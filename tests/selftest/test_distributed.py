@@ -184,14 +184,15 @@ def test_ddp_splits_show_in_the_terminal_table_and_the_matrix():
     header, *rows = summary_table([split, plain])
     assert header.split() == ["case", "breaks", "splits", "recompiles", "unexpected", "seconds", "status"]
     assert rows[0].split()[:3] == ["llama-tiny/lora/ddp", "0/0", "4/4"]
-    assert "4 DDP splits" in matrix.cell(split, matrix.Footnotes())
-    assert "DDP splits" not in matrix.cell(plain, matrix.Footnotes())
+    assert "4 DDP splits" in matrix.cell(fake_reports.record(split), matrix.Footnotes())
+    assert "DDP splits" not in matrix.cell(fake_reports.record(plain), matrix.Footnotes())
     assert "splits" not in summary_table([plain])[0]
 
 
 def test_a_change_of_ddp_splits_shows_in_the_diff():
     before = {**fake_reports.case("llama-tiny/lora/ddp"), "ddp_splits": {"count": 4, "budget": 4}}
     after = {**before, "ddp_splits": {"count": 6, "budget": 4}}
+    before, after = fake_reports.record(before), fake_reports.record(after)
     changed = diff.compare_case(before, after, timing_threshold=0.1, memory_threshold=0.1)
     assert [c.text for c in changed.changes] == ["ddp splits 4 -> 6 (+2)"]
     assert changed.regressed

@@ -16,11 +16,10 @@ from typing import ClassVar
 
 import pytest
 
-from gate_tools.bisect import cli, releases, search
+from gate_tools.bisect import cli, releases, search, signature
 from gate_tools.bisect.driver import BisectError, Candidate, Change, Measurement, NoChange, find_change
 from gate_tools.bisect.lab import Lab, case_selection, error_line
 from gate_tools.bisect.search import BAD, GOOD, SKIP, Verdict
-from gate_tools.bisect.signature import evidence, signature_of, untestable_reason
 from tests.selftest import fake_reports as fake
 
 pytestmark = pytest.mark.selftest
@@ -40,6 +39,25 @@ def clean_case(**kwargs) -> dict:
 def dora_case(occurrences: int = 13, line: int = 90, status: str = "failed") -> dict:
     breaks = [fake.brk(f"peft/utils/integrations.py:{line}", DORA_REASON, DORA_SOURCE, occurrences)]
     return copy.deepcopy(fake.case(CASE, status, breaks=breaks, recompiles=[EVAL, TYPE_ID]))
+
+
+# The hand-written cases above, read as the lab reads the report of a run.
+
+
+def signature_of(case: dict) -> signature.Signature:
+    return signature.signature_of(fake.record(case))
+
+
+def evidence(before: dict, after: dict) -> list[str]:
+    return signature.evidence(fake.record(before), fake.record(after))
+
+
+def untestable_reason(case: dict | None) -> str | None:
+    return signature.untestable_reason(None if case is None else fake.record(case))
+
+
+def measurement_of(case: dict | None) -> Measurement:
+    return Measurement.of_case(None if case is None else fake.record(case))
 
 
 # ----------------------------------------------------------------------------- the search
@@ -210,7 +228,7 @@ def run_driver(cases: list[dict | None]):
 
     def measure(candidate: Candidate) -> Measurement:
         measured.append(candidate.key)
-        return Measurement.of_case(cases[int(candidate.key)])
+        return measurement_of(cases[int(candidate.key)])
 
     return find_change(candidates, measure), measured
 
@@ -220,7 +238,7 @@ def test_driver_measures_endpoints_first_and_names_the_first_change():
     assert isinstance(result, Change)
     assert measured == ["0", "5", "2", "3", "4"]  # endpoints, then 2 (untestable), around it, then onwards
     assert (result.last_good.label, result.first_bad.label) == ("pkg 3", "pkg 4")
-    assert result.before.case["graph_breaks"]["count"] == 0 and result.after.case["graph_breaks"]["count"] == 13
+    assert result.before.case.graph_breaks.count == 0 and result.after.case.graph_breaks.count == 13
 
 
 def test_driver_treats_fewer_breaks_as_a_change():
@@ -382,7 +400,7 @@ def test_every_command_runs_in_the_scratch_venv(tmp_path):
     lab = make_lab(tmp_path, runner)
     lab.create(["torch==2.13.0", "peft==0.21.2"], ["numpy==2.4.6"])
     measurement = lab.measure("torch 2.12.0", ["torch==2.12.0"], ["transformers==5.17.0"], expect=("torch", "2.12.0"))
-    assert measurement.untestable is None and measurement.case["id"] == CASE
+    assert measurement.untestable is None and measurement.case.id == CASE
     venv_python = str(tmp_path / "work" / "venv" / "bin" / "python")
     (venv_argv, _), *rest = runner.calls
     assert venv_argv == [sys.executable, "-m", "venv", str(tmp_path / "work" / "venv")]
@@ -524,7 +542,7 @@ class TreeReadingLab:
         if "SystemExit" in (tree / "setup.py").read_text():
             return Measurement.failed("install failed: ERROR: setup.py exited with 1")
         planted = "graph_break()" in (tree / "src" / "peft" / "layer.py").read_text()
-        return Measurement.of_case(dora_case(1) if planted else clean_case())
+        return measurement_of(dora_case(1) if planted else clean_case())
 
 
 def snapshot(repo: Path) -> dict:

@@ -15,7 +15,7 @@ import pytest
 
 from compile_audit.artifacts.change_selection import Selection
 from compile_audit.artifacts.footprints_file import Footprints
-from compile_audit.artifacts.report import audited as report_audited
+from compile_audit.artifacts.report import read_cases
 from gate_tools import gate
 
 pytestmark = pytest.mark.selftest
@@ -373,8 +373,10 @@ def test_an_empty_report_is_nothing_audited(run_gate):
     ("content", "reason"),
     [
         (None, "gate: head: pytest wrote no report"),
-        ("{not json", "gate: head: unreadable report"),
-        ('{"cases": 3}', "is not a compile report (no 'cases' list)"),
+        ("{not json", "/out/head.json: cannot read the report"),
+        ('{"cases": 3}', "/out/head.json: not a compile report this checkout reads (schema None"),
+        ('{"schema": "compile-audit-report/3", "cases": 3}', "/out/head.json: 'cases' is not a list"),
+        (json.dumps(report({**AUDITED, "audited": "yes"})), f"head.json: case {AUDITED['id']!r}: audited: expected"),
     ],
 )
 def test_an_unusable_report_exits_2(run_gate, content, reason):
@@ -382,6 +384,7 @@ def test_an_unusable_report_exits_2(run_gate, content, reason):
     shell.reports["head"] = content
     status, _, err = run_gate(shell)
     assert status == 2 and len(err) == 1 and reason in err[0], err
+    assert content is None or err[0].startswith("gate: head: unusable report: ")
 
 
 def test_a_stale_report_from_an_earlier_run_is_not_used(run_gate, tmp_path):
@@ -581,4 +584,4 @@ def test_footprints_recorded_on_another_peft_than_base_are_noted(run_gate, monke
 def test_the_gate_counts_as_audited_what_the_report_does(tmp_path, record):
     side = gate.Side("head", "peft", tmp_path, tmp_path / "work")
     side.report.write_text(json.dumps(report(record)))
-    assert gate.check_report(side) == 1 == sum(map(report_audited, [record]))
+    assert gate.check_report(side) == 1 == read_cases(side.report).audited_count

@@ -111,12 +111,6 @@ class AuditResult:
     def compile_seconds(self) -> float:
         return sum(p.compile_seconds for p in self.phases)
 
-    def describe_breaks(self, limit: int = 20) -> list[str]:
-        """Each root: where, source line, phases and hits, then its consequences, one line per kind."""
-        lines = [line for root in self.roots[:limit] for line in root.describe()]
-        hidden = len(self.roots) - limit
-        return lines + ([f"... {hidden} more roots (all of them in --compile-report)"] if hidden > 0 else [])
-
     def to_dict(self) -> dict[str, Any]:
         judged = {id(r) for r in self.recompiles}
         return {

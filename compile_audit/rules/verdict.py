@@ -42,6 +42,7 @@ from compile_audit.rules.result import AuditResult
 from compile_audit.rules.roots import Root, is_graph_break_id
 
 MAX_LISTED = 15  # recompiles listed in a failure message; the JSON report has all
+MAX_ROOTS = 20  # roots described in a failure message
 
 
 class Kind(enum.Enum):
@@ -115,6 +116,7 @@ class Counted:
 
     roots: tuple[Root, ...]
     recompiles: tuple[Recompile, ...]  # expected ones included
+    held_roots: tuple[Root, ...] = ()  # the roots an allowance holds, for the failure to list apart
     held: tuple[tuple[Allowance, int], ...] = ()  # each allowance the case used, with how many it held
 
     @property
@@ -145,6 +147,7 @@ def counted(result: AuditResult, budget: Budget) -> Counted:
     return Counted(
         roots=tuple(r for r in all_roots if id(r) not in held_ids),
         recompiles=tuple(r for r in all_recompiles if id(r) not in held_ids),
+        held_roots=tuple(r for r in all_roots if id(r) in held_ids),
         held=tuple(held),
     )
 
@@ -326,9 +329,15 @@ def headline(case_id: str, result: AuditResult, budget: Budget, versions_note: s
 def _leading(case_id: str, result: AuditResult, budget: Budget, versions_note: str) -> list[str]:
     """The first lines of a failure: the headline, then each root with its source line and its consequences."""
     lines = [headline(case_id, result, budget, versions_note)]
-    roots = result.describe_breaks()
-    if roots:
-        lines += ["roots (where Dynamo stopped; fix these):", *(f"  {line}" for line in roots)]
+    seen = counted(result, budget)
+    if seen.roots:
+        described = [line for root in seen.roots[:MAX_ROOTS] for line in root.describe()]
+        hidden = len(seen.roots) - MAX_ROOTS
+        described += [f"... {hidden} more roots (all of them in --compile-report)"] if hidden > 0 else []
+        lines += ["roots (where Dynamo stopped; fix these):", *(f"  {line}" for line in described)]
+    if seen.held_roots:  # after the roots to fix: a cause's allowance already holds these
+        lines += ["roots a cause allows in this case (not counted):"]
+        lines += [f"  {root.describe()[0]}" for root in seen.held_roots]
     return lines
 
 

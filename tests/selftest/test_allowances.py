@@ -113,3 +113,26 @@ def test_an_allowance_no_case_it_covers_met_asks_to_be_removed(tmp_path):
     assert "cause 'shared' allows 'x.py in f: gb0001' in 1 case(s) that ran, and none of them met it" in unmet
     assert budgets.unmet_allowances({CASE: {("shared", "x.py in f: gb0001")}}) == []
     assert budgets.unmet_allowances({"other/case/x": set()}) == []  # none of its cases ran: not judged
+
+
+def _other_break(x: torch.Tensor) -> torch.Tensor:
+    x = x - 1
+    torch._dynamo.graph_break()
+    return x / 2
+
+
+class BreaksTwice(BreaksBelowAHook):
+    """The hook toy's root, then one more in another function."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _other_break(super().forward(x))
+
+
+def test_a_failure_leads_with_the_roots_to_fix_and_lists_the_allowed_ones_after(tmp_path):
+    verdict = _run(BreaksTwice(), _budgets(tmp_path, _root_identity(tmp_path))).verdict()
+    lines = verdict.message.splitlines()
+    assert lines[0].startswith(f"{CASE}: graph breaks (roots) 1/0")
+    assert lines[1] == "roots (where Dynamo stopped; fix these):" and "in _other_break" in lines[2]
+    allowed = lines.index("roots a cause allows in this case (not counted):")
+    assert "in _breaks_inside" in lines[allowed + 1]
+    assert not any("in _breaks_inside" in line for line in lines[1:allowed])  # the headline names what was held

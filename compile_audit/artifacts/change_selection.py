@@ -72,7 +72,8 @@ class Readers:
         self.by_string: dict[str, set[str]] = {}
         self.by_name: dict[str, set[tuple[str, str]]] = {}  # name -> (function key, its module's path)
         self.at_import: dict[str, list[tuple[str, code_changes.Statement]]] = {}
-        self.subclasses: dict[str, set[tuple[str, str]]] = {}  # base name -> (path, class qualname)
+        # base name -> (path, class qualname, whether the base is a bare name there)
+        self.subclasses: dict[str, set[tuple[str, str, bool]]] = {}
         for module in modules:
             self.modules.setdefault(module.path, module)
             for qualname in module.functions:
@@ -88,7 +89,8 @@ class Readers:
                     self.at_import.setdefault(name, []).append((module.path, statement))
             for qualname, bases in module.classes.items():
                 for base in bases:
-                    self.subclasses.setdefault(base, set()).add((module.path, qualname))
+                    bare = not base.startswith(".")
+                    self.subclasses.setdefault(base.lstrip("."), set()).add((module.path, qualname, bare))
 
     def _sees(self, reader_path: str, name: str, defined_in: str) -> bool:
         """A bare name read in ``reader_path`` is the one ``defined_in`` binds: the same module, or a from-import
@@ -127,13 +129,19 @@ class Readers:
         return owner if module and owner in module.classes else None
 
     def with_subclasses(self, path: str, qualname: str) -> set[tuple[str, str]]:
-        """The class and every class that names it (or one of them) as a base, by name, transitively."""
-        found, pending = {(path, qualname)}, [qualname.rpartition(".")[2]]
+        """The class and every class that names it (or one of them) as a base, transitively. A bare base name counts
+        where it is that class (the same module, or a from-import of it: ``Linear`` in one tuner is not another's);
+        an attribute (``lora.Linear``) counts by its name alone."""
+        found, pending = {(path, qualname)}, [(path, qualname)]
         while pending:
-            for subclass in self.subclasses.get(pending.pop(), ()):
-                if subclass not in found:
-                    found.add(subclass)
-                    pending.append(subclass[1].rpartition(".")[2])
+            defined_in, name = pending.pop()
+            name = name.rpartition(".")[2]
+            for sub_path, sub_qualname, bare in self.subclasses.get(name, ()):
+                if bare and not self._sees(sub_path, name, defined_in):
+                    continue
+                if (sub_path, sub_qualname) not in found:
+                    found.add((sub_path, sub_qualname))
+                    pending.append((sub_path, sub_qualname))
         return found
 
 

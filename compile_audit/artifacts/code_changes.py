@@ -413,12 +413,14 @@ def _bound_names(node: ast.stmt) -> set[str]:
 
 
 def _base_names(node: ast.ClassDef) -> tuple[str, ...]:
+    """A class's bases: a bare name as written (``LoraLayer``), an attribute with a dot before its name
+    (``.Linear`` for ``lora.Linear``: the module it comes from is not resolved)."""
     names = []
     for base in node.bases:
         if isinstance(base, ast.Name):
             names.append(base.id)
         elif isinstance(base, ast.Attribute):
-            names.append(base.attr)
+            names.append(f".{base.attr}")
     return tuple(names)
 
 

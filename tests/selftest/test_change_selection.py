@@ -305,3 +305,32 @@ def test_a_module_level_name_read_through_its_module_object_selects_that_reader(
         roots.append(root)
     chosen = select_between(footprints, *roots)
     assert chosen.cases == ("m/a/x",), chosen.reasons
+
+
+def test_a_method_added_to_a_class_selects_its_subclasses_not_namesakes_in_other_modules(tmp_path):
+    """Two tuners each define ``Layer`` and ``Linear(Layer)``: a method added to one tuner's ``Layer`` reaches its own
+    ``Linear`` and a class deriving from it through its module (``a.Linear``), not the other tuner's classes."""
+    files = {
+        "a.py": "class Layer:\n    def run(self):\n        return 1\n\n\nclass Linear(Layer):\n    def forward(self):\n"
+        "        return 1\n",
+        "b.py": "class Layer:\n    def run(self):\n        return 2\n\n\nclass Linear(Layer):\n    def forward(self):\n"
+        "        return 2\n\n\nclass Quant(Linear):\n    def forward(self):\n        return 3\n",
+        "c.py": "from . import a\n\n\nclass Wrapped(a.Linear):\n    def forward(self):\n        return 4\n",
+    }
+    ran = {"a.py::Linear.forward": "m/a/x", "b.py::Linear.forward": "m/b/y", "b.py::Quant.forward": "m/b/x"}
+    footprints = Footprints(
+        ("m/a/x", "m/b/x", "m/b/y", "m/c/x"),
+        {**{f"toy/{key}": frozenset({case}) for key, case in ran.items()}, "toy/c.py::Wrapped.forward": {"m/c/x"}},
+    )
+    roots = []
+    for side, extra in (("base", ""), ("head", "    def extra(self):\n        return 0\n\n")):
+        root = tmp_path / side / "toy"
+        root.mkdir(parents=True)
+        (root / "__init__.py").write_text("")
+        for name, text in files.items():
+            (root / name).write_text(
+                text.replace("\n\nclass Linear", f"\n{extra}\nclass Linear", 1) if name == "a.py" else text
+            )
+        roots.append(root)
+    chosen = select_between(footprints, *roots)
+    assert chosen.cases == ("m/a/x", "m/c/x"), chosen.reasons

@@ -131,7 +131,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _unmet_allowances(report: Path, extra: list[str]) -> list[str]:
     """The shared allowances of the budgets file the shards judged against that no case of this run met."""
-    budgets = next((arg.split("=", 1)[1] for arg in extra if arg.startswith("--budgets=")), None)
+    budgets = None
+    for at, arg in enumerate(extra):  # pytest takes --budgets=PATH and --budgets PATH
+        if arg.startswith("--budgets="):
+            budgets = arg.split("=", 1)[1]
+        elif arg == "--budgets" and at + 1 < len(extra):
+            budgets = extra[at + 1]
     budget_file = BudgetFile.load(Path(budgets) if budgets else ROOT / "tests" / "compile_budgets.toml")
     audited = {
         case.id: {(held.cause, held.identity) for held in case.allowed_by_causes}

@@ -125,11 +125,19 @@ class Counted:
 
     @property
     def break_signatures(self) -> dict[str, Root]:
-        return {root.identity: root for root in reversed(self.roots)}
+        """Each root's identity with its first root."""
+        found: dict[str, Root] = {}
+        for root in self.roots:
+            found.setdefault(root.identity, root)
+        return found
 
     @property
     def recompile_signatures(self) -> dict[str, Recompile]:
-        return {r.signature: r for r in reversed(self.unexpected)}
+        """Each unexpected recompile's signature with its first occurrence."""
+        found: dict[str, Recompile] = {}
+        for recompile in self.unexpected:
+            found.setdefault(recompile.signature, recompile)
+        return found
 
 
 def counted(result: AuditResult, budget: Budget) -> Counted:
@@ -154,7 +162,10 @@ def counted(result: AuditResult, budget: Budget) -> Counted:
 
 def observed(result: AuditResult, budget: Budget | None = None) -> Observed:
     """What the run shows against the case's entry (less what causes allow there, given the budget)."""
-    seen = counted(result, budget or Budget())
+    return _observed(result, counted(result, budget or Budget()))
+
+
+def _observed(result: AuditResult, seen: Counted) -> Observed:
     return Observed(
         graph_breaks=len(seen.roots),
         recompiles=len(seen.recompiles),
@@ -182,7 +193,7 @@ def _over_budget(result: AuditResult, budget: Budget, over: list[str], where: st
     return Problem(Kind.OVER_BUDGET, "\n".join(section), summary="over budget: " + "; ".join(over))
 
 
-def _new_signatures(result: AuditResult, budget: Budget, where: str) -> list[Problem]:
+def _new_signatures(result: AuditResult, budget: Budget, seen: Counted, where: str) -> list[Problem]:
     """A root or unexpected recompile the entry does not list. A root of the code under test (in it, or reached from
     it) named by torch's graph-break id fails on any versions: the id does not change with upstream's wording. One
     named by Dynamo's text, one wholly upstream's (torch's FSDP wrapper, say, whose own code changes with torch), and
@@ -190,7 +201,6 @@ def _new_signatures(result: AuditResult, budget: Budget, where: str) -> list[Pro
     if not budget.recorded:  # no entry: the default budget allows no break and no unexpected recompile
         return []
     by_id, worded = [], []
-    seen = counted(result, budget)
     ceilings = {a.identity: f" (more than cause {a.cause!r} allows per case: {a.at_most})" for a in budget.allowed}
     for signature, root in seen.break_signatures.items():
         if signature not in budget.break_signatures:
@@ -214,10 +224,9 @@ def _not_in_budget(lines: list[str]) -> str:
     return f"not in the budget: {without_lines(lines[0].strip())}{more}"
 
 
-def _tighten(result: AuditResult, budget: Budget, under: list[str], where: str) -> Problem | None:
+def _tighten(budget: Budget, seen: Counted, under: list[str], where: str) -> Problem | None:
     vanished = []
     if budget.recorded:
-        seen = counted(result, budget)
         vanished += [f"graph break {s!r} is gone" for s in budget.break_signatures if s not in seen.break_signatures]
         vanished += [
             f"unexpected recompile {s!r} is gone"
@@ -283,6 +292,7 @@ def _judge_known_failure(
     case_id: str,
     result: AuditResult,
     budget: Budget,
+    seen: Counted,
     problems: list[Problem],
     where: str,
     warnings: tuple[str, ...],
@@ -306,18 +316,23 @@ def _judge_known_failure(
         status = f"the known failure ({named}) still holds, and it holds nothing else; these problems are new:"
     else:
         status = f"the known failure it records ({named}) did not occur; these problems did:"
-    message = "\n".join([*_leading(case_id, result, budget, versions_note), status, *(f"- {p.text}" for p in others)])
+    leading = _leading(case_id, result, budget, seen, versions_note)
+    message = "\n".join([*leading, status, *(f"- {p.text}" for p in others)])
     return Verdict("failed", message, tuple(problems), warnings, held=tuple(held))
 
 
-def headline(case_id: str, result: AuditResult, budget: Budget, versions_note: str = "") -> str:
-    seen = observed(result, budget)
+def headline(
+    case_id: str, result: AuditResult, budget: Budget, versions_note: str = "", as_counted: Counted | None = None
+) -> str:
+    """The failure's first line; ``as_counted``: ``counted(result, budget)``, where the caller has it."""
+    as_counted = as_counted or counted(result, budget)
+    seen = _observed(result, as_counted)
     expected_allowed = "any" if budget.recompiles is None else budget.recompiles - budget.unexpected_recompiles
     splits = f", ddp splits {seen.ddp_splits}/{budget.ddp_splits}" if seen.ddp_splits or budget.ddp_splits else ""
-    consequences = sum(root.consequences for root in result.roots)
+    consequences = sum(root.consequences for root in (*as_counted.roots, *as_counted.held_roots))
     echoes = f" ({consequences} consequences below their roots)" if consequences else ""
     versions = f"; {versions_note}" if versions_note else ""
-    allowed = [f"{n} x {a.identity} (cause {a.cause!r})" for a, n in counted(result, budget).held]
+    allowed = [f"{n} x {a.identity} (cause {a.cause!r})" for a, n in as_counted.held]
     echoes += f"; allowed by causes beside the entry: {', '.join(allowed)}" if allowed else ""
     return (
         f"{case_id}: graph breaks (roots) {seen.graph_breaks}/{budget.graph_breaks}{splits}, "
@@ -326,10 +341,9 @@ def headline(case_id: str, result: AuditResult, budget: Budget, versions_note: s
     )
 
 
-def _leading(case_id: str, result: AuditResult, budget: Budget, versions_note: str) -> list[str]:
+def _leading(case_id: str, result: AuditResult, budget: Budget, seen: Counted, versions_note: str) -> list[str]:
     """The first lines of a failure: the headline, then each root with its source line and its consequences."""
-    lines = [headline(case_id, result, budget, versions_note)]
-    seen = counted(result, budget)
+    lines = [headline(case_id, result, budget, versions_note, seen)]
     if seen.roots:
         described = [line for root in seen.roots[:MAX_ROOTS] for line in root.describe()]
         hidden = len(seen.roots) - MAX_ROOTS
@@ -357,15 +371,16 @@ def judge(
     ``file:line`` (or why the default applies); ``on_recorded_versions``: the installed versions equal those the
     budget was recorded with (else the ratchet and new signatures warn); ``versions_note``: which of them differ,
     for the headline."""
-    counts = compare(observed(result, budget), budget)
+    seen = counted(result, budget)  # attributing is the costly part: once per verdict
+    counts = compare(_observed(result, seen), budget)
     limit = _recompile_limit(result)
     candidates = [
         limit,
         _over_budget(result, budget, counts.over, where) if counts.over else None,
-        *_new_signatures(result, budget, where),
+        *_new_signatures(result, budget, seen, where),
         _steady_state(result),
         *(_check(check) for check in checks),
-        None if limit else _tighten(result, budget, counts.under, where),
+        None if limit else _tighten(budget, seen, counts.under, where),
     ]
     problems = [p for p in candidates if p is not None and not (updating and p.kind in BUDGET_KINDS)]
     warnings = []
@@ -374,8 +389,8 @@ def judge(
         warnings = [f"{p.text} (recorded on other versions)" for p in problems if p.kind in warned]
         problems = [p for p in problems if p.kind not in warned]
     if budget.known:
-        return _judge_known_failure(case_id, result, budget, problems, where, tuple(warnings), versions_note)
+        return _judge_known_failure(case_id, result, budget, seen, problems, where, tuple(warnings), versions_note)
     if not problems:
         return Verdict("passed", "", (), tuple(warnings))
-    message = "\n".join([*_leading(case_id, result, budget, versions_note), *(f"- {p.text}" for p in problems)])
+    message = "\n".join([*_leading(case_id, result, budget, seen, versions_note), *(f"- {p.text}" for p in problems)])
     return Verdict("failed", message, tuple(problems), tuple(warnings))

@@ -68,14 +68,16 @@ class Readers:
 
     def __init__(self, modules: Iterable[Module]) -> None:
         self.modules: dict[str, Module] = {}
+        self.versions: dict[str, list[Module]] = {}  # each parsed version of a file: base's, then head's
         self.by_attribute: dict[str, set[str]] = {}
         self.by_string: dict[str, set[str]] = {}
         self.by_name: dict[str, set[tuple[str, str]]] = {}  # name -> (function key, its module's path)
         self.at_import: dict[str, list[tuple[str, code_changes.Statement]]] = {}
-        # base name -> (path, class qualname, whether the base is a bare name there)
-        self.subclasses: dict[str, set[tuple[str, str, bool]]] = {}
+        # base's own name -> (path, class qualname, the base as written there: ``Layer`` or ``lora.Layer``)
+        self.subclasses: dict[str, set[tuple[str, str, str]]] = {}
         for module in modules:
             self.modules.setdefault(module.path, module)
+            self.versions.setdefault(module.path, []).append(module)
             for qualname in module.functions:
                 key = f"{module.path}::{qualname}"
                 for name in module.attributes_read.get(qualname, ()):
@@ -89,8 +91,7 @@ class Readers:
                     self.at_import.setdefault(name, []).append((module.path, statement))
             for qualname, bases in module.classes.items():
                 for base in bases:
-                    bare = not base.startswith(".")
-                    self.subclasses.setdefault(base.lstrip("."), set()).add((module.path, qualname, bare))
+                    self.subclasses.setdefault(base.rpartition(".")[2], set()).add((module.path, qualname, base))
 
     def _sees(self, reader_path: str, name: str, defined_in: str) -> bool:
         """A bare name read in ``reader_path`` is the one ``defined_in`` binds: the same module, or a from-import
@@ -105,16 +106,19 @@ class Readers:
         return defining == source or defining.startswith(source + ".")
 
     def of_name(self, name: str, defined_in: str) -> set[str]:
-        """Functions that read a module-level name: bare where it is visible, as an attribute where their module
-        imports the defining module (or a package above it) as an object (``from . import variants``), or as a
-        string (``getattr``)."""
+        """Functions that read a module-level name: bare where it is visible; as an attribute or a string
+        (``getattr(module, "name")``, ``globals()["name"]``) in its own module, or where their module imports the
+        defining module (or a package above it) as an object (``from . import variants``)."""
         found = {key for key, path in self.by_name.get(name, ()) if self._sees(path, name, defined_in)}
         defining = code_changes.dotted_module(defined_in)
-        for key in self.by_attribute.get(name, ()):
-            module = self.modules.get(key.partition("::")[0])
-            if module and any(defining == m or defining.startswith(m + ".") for m in module.imported_modules()):
+        for key in self.by_attribute.get(name, set()) | self.by_string.get(name, set()):
+            path = key.partition("::")[0]
+            module = self.modules.get(path)
+            if path == defined_in or (
+                module and any(defining == m or defining.startswith(m + ".") for m in module.imported_modules())
+            ):
                 found.add(key)
-        return found | self.by_string.get(name, set())
+        return found
 
     def of_attribute(self, name: str) -> set[str]:
         """Functions that read an attribute of that name on anything (a class attribute, a dataclass field)."""
@@ -129,20 +133,37 @@ class Readers:
         return owner if module and owner in module.classes else None
 
     def with_subclasses(self, path: str, qualname: str) -> set[tuple[str, str]]:
-        """The class and every class that names it (or one of them) as a base, transitively. A bare base name counts
-        where it is that class (the same module, or a from-import of it: ``Linear`` in one tuner is not another's);
-        an attribute (``lora.Linear``) counts by its name alone."""
+        """The class and every class that names it (or one of them) as a base, transitively. A base counts where it is
+        that class: a bare name in the same module or from-imported from it (``Linear`` in one tuner is not
+        another's), a dotted one through a module the subclass's module imports (``lora.Linear``, not
+        ``nn.Linear``)."""
         found, pending = {(path, qualname)}, [(path, qualname)]
         while pending:
             defined_in, name = pending.pop()
             name = name.rpartition(".")[2]
-            for sub_path, sub_qualname, bare in self.subclasses.get(name, ()):
-                if bare and not self._sees(sub_path, name, defined_in):
+            for sub_path, sub_qualname, written in self.subclasses.get(name, ()):
+                if not self._is_class(sub_path, written, defined_in):
                     continue
                 if (sub_path, sub_qualname) not in found:
                     found.add((sub_path, sub_qualname))
                     pending.append((sub_path, sub_qualname))
         return found
+
+    def _is_class(self, reader_path: str, written: str, defined_in: str) -> bool:
+        """Whether ``written`` (a base as written in ``reader_path``) can be the class of that name ``defined_in``
+        binds. A dotted base whose first name the module does not import counts (it may be bound another way)."""
+        qualifier, _, name = written.rpartition(".")
+        if not qualifier:
+            return self._sees(reader_path, name, defined_in)
+        first, _, rest = qualifier.partition(".")
+        module = self.modules.get(reader_path)
+        imported = module.imports.get(first) if module else None
+        if imported is None:
+            return True
+        source, imported_name = imported
+        obj = ".".join(part for part in (source, imported_name, rest) if part)
+        defining = code_changes.dotted_module(defined_in)
+        return defining == obj or defining.startswith(obj + ".")
 
 
 # ----------------------------------------------------------------------------- the rules
@@ -152,6 +173,14 @@ class Readers:
 class Pick:
     cases: frozenset[str] | None  # None: every case
     reason: str
+
+
+def _identifiers_of(module: Module, qualname: str) -> frozenset[str]:
+    return (
+        module.names_read.get(qualname, frozenset())
+        | module.attributes_read.get(qualname, frozenset())
+        | module.strings_read.get(qualname, frozenset())
+    )
 
 
 def _count(cases: frozenset[str]) -> str:
@@ -164,23 +193,41 @@ def _names(names: Iterable[str]) -> str:
 
 
 class _Rules:
-    def __init__(self, footprints: Footprints, readers: Readers) -> None:
+    def __init__(self, footprints: Footprints, readers: Readers, changed: Iterable[str] = ()) -> None:
         self.footprints, self.readers = footprints, readers
+        self.changed = frozenset(changed)  # functions (keys) whose changed statements their own pick selects
 
     def cases_of(self, keys: Iterable[str]) -> frozenset[str]:
         return frozenset().union(*(self.footprints.ran(key) for key in keys))
 
     def cases_reading(self, keys: Iterable[str], names: Iterable[str]) -> frozenset[str]:
-        """The cases that ran a statement of these functions that reads one of ``names`` (the whole function where
-        its statements are unknown, or where only its signature or decorators read them)."""
+        """The cases that ran a statement of these functions that reads one of ``names``, in either version of each
+        function (the whole function where only its signature or decorators read them). A statement that only one
+        version of a changed function has is that function's own change, which its own pick selects."""
         names = frozenset(names)
         cases: set[str] = set()
         for key in keys:
             path, _, qualname = key.partition("::")
-            module = self.readers.modules.get(path)
-            function = module.functions.get(qualname) if module else None
-            statements = function.statements_reading(names) if function else []
-            cases |= self.footprints.ran_statements(key, statements)[0] if statements else self.footprints.ran(key)
+            versions = [m for m in self.readers.versions.get(path, ()) if qualname in m.functions]
+            if not versions:  # read by name only (a string): the whole function
+                cases |= self.footprints.ran(key)
+                continue
+            found: set[str] = set()
+            whole = False
+            for module in versions:
+                statements = module.functions[qualname].statements_reading(names)
+                if statements:
+                    found.update(statements)
+                elif names & _identifiers_of(module, qualname):
+                    whole = True
+            if whole:
+                cases |= self.footprints.ran(key)
+                continue
+            if key in self.changed and len(versions) == 2:
+                in_both = set.intersection(*(set(m.functions[qualname].statement_ids()) for m in versions))
+                found &= in_both
+            if found:
+                cases |= self.footprints.ran_statements(key, sorted(found))[0]
         return frozenset(cases)
 
     def class_cases(self, path: str, qualname: str) -> frozenset[str]:
@@ -316,7 +363,8 @@ class _Rules:
 def select(
     footprints: Footprints, changes: Sequence[ModuleChanges], readers: Readers, unparsable: Sequence[str] = ()
 ) -> Selection:
-    rules = _Rules(footprints, readers)
+    changed = [f"{m.path}::{c.qualname}" for m in changes for c in m.functions if c.kind == "changed"]
+    rules = _Rules(footprints, readers, changed)
     picks = [Pick(EVERYTHING, f"{message}: every case") for message in unparsable]
     for module in changes:
         picks += [rules.function(change) for change in module.functions]

@@ -114,7 +114,7 @@ class Module:
     path: str  # package-relative: peft/tuners/lora/layer.py
     functions: Mapping[str, FunctionDef]
     statements: tuple[Statement, ...]
-    classes: Mapping[str, tuple[str, ...]]  # class qualname -> the names of its bases
+    classes: Mapping[str, tuple[str, ...]]  # class qualname -> its bases, bare or dotted as written
     attributes_read: Mapping[str, frozenset[str]]  # function qualname -> attributes and keyword arguments it reads
     names_read: Mapping[str, frozenset[str]]  # function qualname -> the bare names it reads
     strings_read: Mapping[str, frozenset[str]]  # function qualname -> identifier-like strings (getattr(x, "name"))
@@ -413,15 +413,18 @@ def _bound_names(node: ast.stmt) -> set[str]:
 
 
 def _base_names(node: ast.ClassDef) -> tuple[str, ...]:
-    """A class's bases: a bare name as written (``LoraLayer``), an attribute with a dot before its name
-    (``.Linear`` for ``lora.Linear``: the module it comes from is not resolved)."""
+    """A class's bases as written: a bare name (``LoraLayer``) or a dotted one (``lora.Linear``, ``nn.Module``)."""
     names = []
     for base in node.bases:
-        if isinstance(base, ast.Name):
-            names.append(base.id)
-        elif isinstance(base, ast.Attribute):
-            names.append(f".{base.attr}")
+        if isinstance(base, ast.Name | ast.Attribute) and _is_dotted(base):
+            names.append(ast.unparse(base))
     return tuple(names)
+
+
+def _is_dotted(node: ast.expr) -> bool:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def _identifiers(node: ast.AST) -> tuple[set[str], set[str], set[str]]:

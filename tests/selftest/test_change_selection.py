@@ -334,3 +334,84 @@ def test_a_method_added_to_a_class_selects_its_subclasses_not_namesakes_in_other
         roots.append(root)
     chosen = select_between(footprints, *roots)
     assert chosen.cases == ("m/a/x", "m/c/x"), chosen.reasons
+
+
+def _packages(tmp_path, base: dict[str, str], head: dict[str, str]):
+    roots = []
+    for side, files in (("base", base), ("head", head)):
+        root = tmp_path / side / "toy"
+        root.mkdir(parents=True)
+        (root / "__init__.py").write_text("")
+        for name, text in files.items():
+            (root / name).write_text(text)
+        roots.append(root)
+    return roots
+
+
+def test_a_method_added_to_a_class_does_not_reach_a_namesake_through_another_module(tmp_path):
+    """``b.Linear`` in a module that imports ``b`` is b's ``Linear``, not a's: a method added to a's ``Linear`` leaves
+    the classes deriving from b's alone (as ``nn.Linear`` is not any tuner's ``Linear``)."""
+    a = "class Linear:\n    def forward(self):\n        return 1\n"
+    files = {
+        "a.py": a,
+        "b.py": "class Linear:\n    def forward(self):\n        return 2\n",
+        "c.py": "from . import b\n\n\nclass Wrapped(b.Linear):\n    def forward(self):\n        return 3\n",
+    }
+    footprints = Footprints(
+        ("m/a/x", "m/c/x"),
+        {"toy/a.py::Linear.forward": frozenset({"m/a/x"}), "toy/c.py::Wrapped.forward": frozenset({"m/c/x"})},
+    )
+    head = {**files, "a.py": a + "\n    def extra(self):\n        return 0\n"}
+    chosen = select_between(footprints, *_packages(tmp_path, files, head))
+    assert chosen.cases == ("m/a/x",), chosen.reasons
+
+
+def test_a_function_added_for_a_new_statement_selects_the_cases_that_ran_the_change_not_its_whole_caller(tmp_path):
+    """A new helper called from a new statement in one branch: the cases that reach that branch, not every case that
+    ran the caller (the caller's other version never names the helper)."""
+    reports = [
+        {
+            "versions": {},
+            "cases": [
+                {
+                    "id": "m/a/x",
+                    "footprint": {"toy/branchy.py": ["run"]},
+                    "footprint_lines": {"toy/branchy.py": [2, 3, 4, 7]},
+                },
+                {
+                    "id": "m/b/x",
+                    "footprint": {"toy/branchy.py": ["run"]},
+                    "footprint_lines": {"toy/branchy.py": [2, 3, 6, 7]},
+                },
+            ],
+        }
+    ]
+    footprints = footprints_file.from_reports(reports, lambda path: BRANCHY if path == "toy/branchy.py" else None)
+    head = BRANCHY.replace("        y = y * 3\n", "        y = y * 3\n        y = extra(y)\n") + (
+        "\n\ndef extra(y):\n    return -y\n"
+    )
+    chosen = select_between(footprints, *_packages(tmp_path, {"branchy.py": BRANCHY}, {"branchy.py": head}))
+    assert chosen.cases == ("m/b/x",), chosen.reasons
+    assert any("extra: added: the 0 case(s)" in reason for reason in chosen.reasons), chosen.reasons
+
+
+def test_a_string_naming_a_module_level_name_counts_only_where_that_module_can_be_reached(tmp_path):
+    """``type(x).__name__ == "Buffer"`` in a module that never imports ``layer`` cannot read layer's ``Buffer``: a
+    change to what ``layer`` binds to that name leaves it alone; ``getattr(layer, "Buffer")`` does not."""
+    files = {
+        "layer.py": "from .store import Buffer\n\n\ndef build():\n    return Buffer()\n",
+        "store.py": "class Buffer:\n    pass\n\n\nclass Other:\n    pass\n",
+        "status.py": "def describe(x):\n    return type(x).__name__ == 'Buffer'\n",
+        "lookup.py": "from . import layer\n\n\ndef find():\n    return getattr(layer, 'Buffer')\n",
+    }
+    footprints = Footprints(
+        ("m/a/x", "m/b/x", "m/c/x"),
+        {
+            "toy/layer.py::build": frozenset({"m/a/x"}),
+            "toy/status.py::describe": frozenset({"m/b/x"}),
+            "toy/lookup.py::find": frozenset({"m/c/x"}),
+        },
+    )
+    head = {**files, "layer.py": files["layer.py"].replace("import Buffer", "import Other as Buffer")}
+    chosen = select_between(footprints, *_packages(tmp_path, files, head))
+    assert chosen.cases == ("m/a/x", "m/c/x"), chosen.reasons

@@ -46,6 +46,9 @@ from compile_audit.files import write_text_atomic
 
 EVERYTHING = None  # a pick that selects every case
 CALLER_DEPTH = 3  # how far up the callers of a function that no case ran the selection looks
+# Module-level functions Python calls without naming them: one added to a module that existed answers what used to
+# raise (``hasattr``); in a new module, only new code can reach it, and that code is selected on its own
+MODULE_HOOKS = frozenset({"__getattr__", "__dir__"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,11 +216,14 @@ class _Rules:
                 cases |= self.footprints.ran(key)
                 continue
             found: set[str] = set()
+            enclosing: dict[str, tuple[str, ...]] = {}
             whole = False
             for module in versions:
-                statements = module.functions[qualname].statements_reading(names)
+                function = module.functions[qualname]
+                statements = function.statements_reading(names)
                 if statements:
                     found.update(statements)
+                    enclosing.update(function.enclosing())
                 elif names & _identifiers_of(module, qualname):
                     whole = True
             if whole:
@@ -227,7 +233,7 @@ class _Rules:
                 in_both = set.intersection(*(set(m.functions[qualname].statement_ids()) for m in versions))
                 found &= in_both
             if found:
-                cases |= self.footprints.ran_statements(key, sorted(found))[0]
+                cases |= self.footprints.ran_statements(key, sorted(found), enclosing)[0]
         return frozenset(cases)
 
     def class_cases(self, path: str, qualname: str) -> frozenset[str]:
@@ -261,6 +267,8 @@ class _Rules:
             if owner is not None:
                 cases = self.class_cases(change.path, owner)
                 return Pick(cases, f"{label}: added to {owner}: the {_count(cases)} that ran it or a subclass")
+            if change.qualname in MODULE_HOOKS and len(self.readers.versions.get(change.path, ())) == 2:
+                return Pick(EVERYTHING, f"{label}: added: Python calls it for any missing attribute of the module")
             cases = self.unrun(change.path, change.qualname)
             return Pick(cases, f"{label}: added: the {_count(cases)} that ran a function that names it")
         ran = self.footprints.ran(label)
@@ -297,7 +305,7 @@ class _Rules:
             if indexes is None:
                 return Pick(ran, f"{label}: changed at its entry: run by {_count(ran)}")
             names, spans = version.statement_ids(), version.statement_lines()
-            cases, known = self.footprints.ran_statements(label, (names[i] for i in indexes))
+            cases, known = self.footprints.ran_statements(label, (names[i] for i in indexes), version.enclosing())
             lines = ", ".join(str(spans[i][0]) for i in indexes[:6]) + (", ..." if len(indexes) > 6 else "")
             if best is None or known > best[0]:
                 best = (known, cases, f"{side} lines {lines}")
@@ -330,9 +338,12 @@ class _Rules:
                 f" {_names(statement.binds)}",
             )
         names = self.computed_from(path, set(statement.binds))
-        readers = set().union(*(self.readers.of_name(name, p) for p, name in names))
-        cases = self.cases_reading(readers, {name for _, name in names})
-        return Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(n for _, n in names)}")
+        module_level = {(p, name) for p, scope, name in names if not scope}
+        readers = set().union(*(self.readers.of_name(name, p) for p, name in module_level))
+        cases = self.cases_reading(readers, {name for _, name in module_level})
+        for p, scope, name in names - {(p, "", n) for p, n in module_level}:  # class attributes computed from it
+            cases |= self.cases_reading(self.readers.of_attribute(name), {name}) & self.class_cases(p, scope)
+        return Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(n for _, _, n in names)}")
 
     def import_time_effect(self, path: str, where: str) -> Pick:
         """A statement that binds nothing acts at import (a registration call): on its own subpackage's cases; in
@@ -345,18 +356,18 @@ class _Rules:
             )
         return Pick(EVERYTHING, f"{where}: runs at import and binds no name, in {folder}/: every case")
 
-    def computed_from(self, path: str, names: set[str]) -> set[tuple[str, str]]:
-        """The names, and those that module-level code computes from them at import (transitively), with the
-        module that binds each."""
-        found = {(path, name) for name in names}
+    def computed_from(self, path: str, names: set[str]) -> set[tuple[str, str, str]]:
+        """The names, and those that module-level or class-body code computes from them at import (transitively),
+        each with the module that binds it and its class ("" for the module)."""
+        found = {(path, "", name) for name in names}
         pending = list(found)
         while pending:
-            where, name = pending.pop()
+            where, _, name = pending.pop()
             for reader_path, statement in self.readers.at_import_time(name, where):
                 for bound in statement.binds:
-                    if (reader_path, bound) not in found:
-                        found.add((reader_path, bound))
-                        pending.append((reader_path, bound))
+                    if (reader_path, statement.scope, bound) not in found:
+                        found.add((reader_path, statement.scope, bound))
+                        pending.append((reader_path, statement.scope, bound))
         return found
 
 

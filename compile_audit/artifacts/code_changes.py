@@ -57,21 +57,30 @@ class FunctionDef:
         """Each statement of the body, in pre-order, named by what it is and where: its own code (a compound
         statement's header) under the headers of the statements enclosing it, numbered among equals. The same
         statement in another version of the function, under the same conditions, has the same name."""
-        names: list[str] = []
+        return [name for name, _ in self._named_statements()]
+
+    def enclosing(self) -> dict[str, tuple[str, ...]]:
+        """Each statement's name -> the names of the compound statements whose blocks hold it, nearest first: a
+        statement runs only where each of them ran."""
+        return dict(self._named_statements())
+
+    def _named_statements(self) -> list[tuple[str, tuple[str, ...]]]:
+        named: list[tuple[str, tuple[str, ...]]] = []
         seen: Counter[str] = Counter()
 
-        def walk(body: list[ast.stmt], chain: str) -> None:
+        def walk(body: list[ast.stmt], chain: str, outer: tuple[str, ...]) -> None:
             for statement in body:
                 # Source, not ast.dump: the footprints file must name a statement alike on every Python.
                 own = ast.unparse(_without_blocks(statement) if _blocks_of(statement) else statement)
                 digest = hashlib.sha1(f"{chain}|{own}".encode()).hexdigest()[:10]
                 seen[digest] += 1
-                names.append(f"{digest}.{seen[digest]}")
+                name = f"{digest}.{seen[digest]}"
+                named.append((name, outer))
                 for number, block in enumerate(_blocks_of(statement)):
-                    walk(block, hashlib.sha1(f"{chain}|{own}|{number}".encode()).hexdigest())
+                    walk(block, hashlib.sha1(f"{chain}|{own}|{number}".encode()).hexdigest(), (name, *outer))
 
-        walk(self.node.body, "")
-        return names
+        walk(self.node.body, "", ())
+        return named
 
     def statements_reading(self, names: frozenset[str] | set[str]) -> list[str]:
         """The statements (by name) whose own code reads any of ``names`` (a compound statement: its header). One in

@@ -35,7 +35,7 @@ import bisect
 import dataclasses
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +60,20 @@ class Footprints:
     # function key -> statement name -> the cases that ran it, where not every case that ran the function did
     statements: Mapping[str, Mapping[str, frozenset[str]]] = dataclasses.field(default_factory=dict)
 
-    def ran_statements(self, key: str, names: Iterable[str]) -> tuple[frozenset[str], int]:
-        """The cases that ran any of these statements of the function (a statement not listed: every case that ran
-        the function), and how many of the statements the file knows."""
+    def ran_statements(
+        self, key: str, names: Iterable[str], enclosing: Mapping[str, Sequence[str]] | None = None
+    ) -> tuple[frozenset[str], int]:
+        """The cases that ran any of these statements of the function, and how many of them the file lists. A
+        statement not listed counts as the nearest listed statement enclosing it (``enclosing``: name -> the
+        compound statements around it, nearest first), for it runs only where that one ran; with none, as every
+        case that ran the function (not listed may mean every such case ran it, or a version the file never saw)."""
         listed, ran = self.statements.get(key, {}), self.ran(key)
         names = list(names)
-        return frozenset().union(*(listed.get(name, ran) for name in names)), sum(name in listed for name in names)
+        cases: set[str] = set()
+        for name in names:
+            around = (enclosing or {}).get(name, ())
+            cases |= next((listed[n] for n in (name, *around) if n in listed), ran)
+        return frozenset(cases), sum(name in listed for name in names)
 
     def missed(self) -> dict[str, dict[str, set[str]]]:
         """Per case, per function key: the statements it did not run (the inverse of ``statements``)."""

@@ -415,3 +415,111 @@ def test_a_string_naming_a_module_level_name_counts_only_where_that_module_can_b
     head = {**files, "layer.py": files["layer.py"].replace("import Buffer", "import Other as Buffer")}
     chosen = select_between(footprints, *_packages(tmp_path, files, head))
     assert chosen.cases == ("m/a/x", "m/c/x"), chosen.reasons
+
+
+NESTED = (
+    "def run(x, kind):\n    y = x + 1\n    if kind == 'a':\n        if x > 0:\n            y = y + 3\n    return y\n"
+)
+
+
+def test_a_statement_the_file_never_saw_counts_as_the_nearest_listed_statement_around_it(tmp_path):
+    """Another version of ``run`` wraps the changed statement in a new ``if``: the file never saw it, but it runs only
+    where ``if x > 0`` ran (listed: case a alone), not wherever ``run`` ran."""
+    reports = [
+        {
+            "versions": {},
+            "cases": [
+                {
+                    "id": "m/a/x",
+                    "footprint": {"toy/nested.py": ["run"]},
+                    "footprint_lines": {"toy/nested.py": [2, 3, 4, 5, 6]},
+                },
+                {
+                    "id": "m/b/x",
+                    "footprint": {"toy/nested.py": ["run"]},
+                    "footprint_lines": {"toy/nested.py": [2, 3, 6]},
+                },
+            ],
+        }
+    ]
+    footprints = footprints_file.from_reports(reports, lambda path: NESTED if path == "toy/nested.py" else None)
+    other = NESTED.replace("            y = y + 3\n", "            if x > 5:\n                y = y + 3\n")
+    base, head = _packages(tmp_path, {"nested.py": other}, {"nested.py": other.replace("y + 3", "y + 4")})
+    chosen = select_between(footprints, base, head)
+    assert chosen.cases == ("m/a/x",), chosen.reasons
+
+
+def test_a_constant_a_class_body_copies_selects_who_reads_that_class_attribute_on_that_class(tmp_path):
+    """``mapping = MAPPING`` in ``Model``'s body, read as ``self.mapping`` by a base class in another module: a change
+    to the constant selects the cases that ran that read on a ``Model``, not those that ran it on another class."""
+    files = {
+        "constants.py": "MAPPING = {'llama': ['q']}\n",
+        "base.py": "class Base:\n    def prepare(self):\n        return self.mapping\n",
+        "model.py": (
+            "from .base import Base\nfrom .constants import MAPPING\n\n\n"
+            "class Model(Base):\n    mapping = MAPPING\n\n    def forward(self):\n        return 1\n"
+        ),
+        "other.py": "from .base import Base\n\n\nclass Other(Base):\n    mapping = {}\n\n    def forward(self):\n"
+        "        return 2\n",
+    }
+    footprints = Footprints(
+        ("m/a/x", "m/b/x"),
+        {
+            "toy/base.py::Base.prepare": frozenset({"m/a/x", "m/b/x"}),
+            "toy/model.py::Model.forward": frozenset({"m/a/x"}),
+            "toy/other.py::Other.forward": frozenset({"m/b/x"}),
+        },
+    )
+    head = {**files, "constants.py": "MAPPING = {'llama': ['q'], 'qwen3': ['q']}\n"}
+    chosen = select_between(footprints, *_packages(tmp_path, files, head))
+    assert chosen.cases == ("m/a/x",), chosen.reasons
+
+
+def test_a_module_level_getattr_added_selects_every_case(tmp_path):
+    """Python calls a module's ``__getattr__`` for any attribute it lacks: what used to raise (``hasattr``) answers."""
+    files = {"layer.py": "def build():\n    return 1\n"}
+    footprints = Footprints(("m/a/x",), {"toy/layer.py::build": frozenset({"m/a/x"})})
+    head = {"layer.py": files["layer.py"] + "\n\ndef __getattr__(name):\n    return name\n"}
+    chosen = select_between(footprints, *_packages(tmp_path, files, head))
+    assert chosen.everything and "missing attribute" in chosen.reasons[0], chosen.reasons
+
+
+def test_a_module_level_getattr_in_a_new_module_selects_what_reaches_that_module():
+    """A new module's ``__getattr__`` answers only code that names the new module, which is new itself."""
+    from compile_audit.artifacts.change_selection import Source, compare_sources, select
+
+    footprints = Footprints(("m/a/x",), {"toy/layer.py::build": frozenset({"m/a/x"})})
+    layer = Source("1", lambda: "def build():\n    return 1\n")
+    lazy = Source("2", lambda: "def __getattr__(name):\n    return name\n")
+    changes, unparsable, readers = compare_sources(
+        {"toy/layer.py": layer}, {"toy/layer.py": layer, "toy/lazy.py": lazy}
+    )
+    chosen = select(footprints, changes, readers, unparsable)
+    assert not chosen.everything and chosen.cases == (), chosen.reasons
+
+
+def test_a_changed_function_is_judged_by_the_side_whose_statements_the_file_lists(tmp_path):
+    """The footprints were recorded on head's version: base's edited statement is unknown to them, head's is listed
+    (case b alone ran it), so head's side decides."""
+    reports = [
+        {
+            "versions": {},
+            "cases": [
+                {
+                    "id": "m/a/x",
+                    "footprint": {"toy/branchy.py": ["run"]},
+                    "footprint_lines": {"toy/branchy.py": [2, 3, 4, 7]},
+                },
+                {
+                    "id": "m/b/x",
+                    "footprint": {"toy/branchy.py": ["run"]},
+                    "footprint_lines": {"toy/branchy.py": [2, 3, 6, 7]},
+                },
+            ],
+        }
+    ]
+    footprints = footprints_file.from_reports(reports, lambda path: BRANCHY if path == "toy/branchy.py" else None)
+    base = BRANCHY.replace("y * 3", "y * 7")
+    chosen = select_between(footprints, *_packages(tmp_path, {"branchy.py": base}, {"branchy.py": BRANCHY}))
+    assert chosen.cases == ("m/b/x",), chosen.reasons
+    assert "head lines 6" in chosen.reasons[0], chosen.reasons

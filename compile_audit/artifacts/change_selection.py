@@ -9,9 +9,10 @@ comments, formatting and annotations that never execute do not count), and met w
   ran (a branch taken only under ``torch.compile``, say), and a function never run that module-level code reads runs
   at import: every case;
 - an added function: a method, the cases that ran its class (it may override an inherited one); a module-level
-  function, the cases that ran a function that reads its name;
-- a module-level name (a constant, an import): the cases that ran a function that reads it, following names that
-  other module-level code computes from it;
+  function, the cases that ran a statement that reads its name (a module's ``__getattr__``, added to a module that
+  existed: every case);
+- a module-level name (a constant, an import): the cases that ran a statement that reads it, following names that
+  other module-level or class-body code computes from it;
 - a class-body statement (a dataclass field, a class attribute) or a class's header (bases, decorators): the cases
   that ran the class, and those that ran a function that reads the name; when nothing of it ran, those that ran its
   file, then its folder;

@@ -1,0 +1,68 @@
+"""The selection replayed over a package's git history: each commit's cases and cost, and the distribution."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from compile_audit.artifacts import change_selection
+from compile_audit.artifacts.footprints_file import Footprints
+
+pytestmark = pytest.mark.selftest
+
+LAYER = "def forward(x):\n    return x + 1\n\n\ndef merge(x):\n    return x * 2\n"
+
+
+def _commit(repo, message: str, text: str) -> None:
+    (repo / "src" / "toy" / "layer.py").write_text(text)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message], check=True
+    )
+
+
+def test_replay_prices_each_commit_by_the_cases_it_selects(tmp_path, capsys):
+    repo = tmp_path / "repo"
+    (repo / "src" / "toy").mkdir(parents=True)
+    (repo / "src" / "toy" / "__init__.py").write_text("")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    _commit(repo, "first", LAYER)
+    _commit(repo, "DOC say more", LAYER.replace("def merge(x):\n", "def merge(x):\n    'Merged.'\n"))
+    _commit(
+        repo,
+        "FIX merge",
+        LAYER.replace("'Merged.'\n", "")
+        .replace("x * 2", "x * 3")
+        .replace("def merge(x):\n", "def merge(x):\n    'Merged.'\n"),
+    )
+    _commit(repo, "FIX forward", LAYER.replace("x + 1", "x + 2"))
+    footprints = tmp_path / "footprints.json"
+    footprints.write_text(
+        Footprints(
+            ("m/a/x", "m/b/x", "m/c/x"),
+            {"toy/layer.py::forward": frozenset({"m/a/x", "m/b/x"}), "toy/layer.py::merge": frozenset({"m/b/x"})},
+        ).to_json()
+    )
+    durations = tmp_path / "durations.json"
+    durations.write_text(
+        json.dumps(
+            {
+                f"tests/test_x.py::test_x[{case}]": seconds
+                for case, seconds in (("m/a/x", 10.0), ("m/b/x", 20.0), ("m/c/x", 40.0))
+            }
+        )
+    )
+    out = tmp_path / "replay.json"
+    args = ["replay", "--repo", str(repo), "--last", "3", "--json", str(out)]
+    assert change_selection.main([*args, "--footprints", str(footprints), "--durations", str(durations)]) == 0
+    commits = {c["subject"]: c for c in json.loads(out.read_text())["commits"]}
+    assert set(commits) == {"DOC say more", "FIX merge", "FIX forward"}  # the last three, newest first
+    assert (commits["DOC say more"]["cases"], commits["DOC say more"]["executes_differently"]) == (0, False)
+    assert (commits["FIX merge"]["cases"], commits["FIX merge"]["cpu_seconds"]) == (1, 20.0)
+    assert (commits["FIX forward"]["cases"], commits["FIX forward"]["cpu_seconds"]) == (2, 30.0)
+    printed = capsys.readouterr().out
+    assert "3 commits; CPU-seconds per side: median 20, p90 30, mean 17 (the full matrix: 70)" in printed
+    assert "full matrix: 0 of 3 commits (0%)" in printed
+    assert "no case at all: 1 commits; of them, 1 change no executed code (0 of those select a case)" in printed

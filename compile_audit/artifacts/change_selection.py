@@ -218,21 +218,23 @@ class _Rules:
                 continue
             found: set[str] = set()
             enclosing: dict[str, tuple[str, ...]] = {}
+            named: list[set[str]] = []  # each version's statement names
             whole = False
             for module in versions:
                 function = module.functions[qualname]
+                around = function.enclosing()
+                named.append(set(around))
                 statements = function.statements_reading(names)
                 if statements:
                     found.update(statements)
-                    enclosing.update(function.enclosing())
+                    enclosing.update(around)
                 elif names & _identifiers_of(module, qualname):
                     whole = True
             if whole:
                 cases |= self.footprints.ran(key)
                 continue
             if key in self.changed and len(versions) == 2:
-                in_both = set.intersection(*(set(m.functions[qualname].statement_ids()) for m in versions))
-                found &= in_both
+                found &= named[0] & named[1]
             if found:
                 cases |= self.footprints.ran_statements(key, sorted(found), enclosing)[0]
         return frozenset(cases)
@@ -342,8 +344,9 @@ class _Rules:
         module_level = {(p, name) for p, scope, name in names if not scope}
         readers = set().union(*(self.readers.of_name(name, p) for p, name in module_level))
         cases = self.cases_reading(readers, {name for _, name in module_level})
-        for p, scope, name in names - {(p, "", n) for p, n in module_level}:  # class attributes computed from it
-            cases |= self.cases_reading(self.readers.of_attribute(name), {name}) & self.class_cases(p, scope)
+        for p, scope, name in names:
+            if scope:  # a class attribute computed from it
+                cases |= self.cases_reading(self.readers.of_attribute(name), {name}) & self.class_cases(p, scope)
         return Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(n for _, _, n in names)}")
 
     def import_time_effect(self, path: str, where: str) -> Pick:

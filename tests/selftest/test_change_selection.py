@@ -204,6 +204,20 @@ def _function(text: str, name: str = "run"):
     return parse_module("toy/branchy.py", text).functions[name]
 
 
+def _recorded(path: str, text: str, lines: dict[str, list[int]]) -> Footprints:
+    """Footprints as `record` makes them from reports: each case ran ``run`` in ``path`` and these of its lines."""
+    reports = [
+        {
+            "versions": {},
+            "cases": [
+                {"id": case, "footprint": {path: ["run"]}, "footprint_lines": {path: ran}}
+                for case, ran in lines.items()
+            ],
+        }
+    ]
+    return footprints_file.from_reports(reports, lambda name: text if name == path else None)
+
+
 @pytest.mark.parametrize(
     ("edit", "expected"),
     [
@@ -225,24 +239,7 @@ def test_a_changed_function_names_the_statements_a_case_must_have_run(edit, expe
 
 def test_statements_narrow_a_changed_function_to_the_cases_that_ran_the_change(tmp_path):
     """Two cases ran `run`, only one took the `else` branch: a change there selects that one."""
-    reports = [
-        {
-            "versions": {},
-            "cases": [
-                {
-                    "id": "m/a/x",
-                    "footprint": {"toy/branchy.py": ["run"]},
-                    "footprint_lines": {"toy/branchy.py": [2, 3, 4, 7]},
-                },
-                {
-                    "id": "m/b/x",
-                    "footprint": {"toy/branchy.py": ["run"]},
-                    "footprint_lines": {"toy/branchy.py": [2, 3, 6, 7]},
-                },
-            ],
-        }
-    ]
-    footprints = footprints_file.from_reports(reports, lambda path: BRANCHY if path == "toy/branchy.py" else None)
+    footprints = _recorded("toy/branchy.py", BRANCHY, {"m/a/x": [2, 3, 4, 7], "m/b/x": [2, 3, 6, 7]})
     path = tmp_path / "footprints.json"
     path.write_text(footprints.to_json())
     footprints = footprints_file.load(path)  # what the file holds is enough
@@ -369,24 +366,7 @@ def test_a_method_added_to_a_class_does_not_reach_a_namesake_through_another_mod
 def test_a_function_added_for_a_new_statement_selects_the_cases_that_ran_the_change_not_its_whole_caller(tmp_path):
     """A new helper called from a new statement in one branch: the cases that reach that branch, not every case that
     ran the caller (the caller's other version never names the helper)."""
-    reports = [
-        {
-            "versions": {},
-            "cases": [
-                {
-                    "id": "m/a/x",
-                    "footprint": {"toy/branchy.py": ["run"]},
-                    "footprint_lines": {"toy/branchy.py": [2, 3, 4, 7]},
-                },
-                {
-                    "id": "m/b/x",
-                    "footprint": {"toy/branchy.py": ["run"]},
-                    "footprint_lines": {"toy/branchy.py": [2, 3, 6, 7]},
-                },
-            ],
-        }
-    ]
-    footprints = footprints_file.from_reports(reports, lambda path: BRANCHY if path == "toy/branchy.py" else None)
+    footprints = _recorded("toy/branchy.py", BRANCHY, {"m/a/x": [2, 3, 4, 7], "m/b/x": [2, 3, 6, 7]})
     head = BRANCHY.replace("        y = y * 3\n", "        y = y * 3\n        y = extra(y)\n") + (
         "\n\ndef extra(y):\n    return -y\n"
     )
@@ -425,24 +405,7 @@ NESTED = (
 def test_a_statement_the_file_never_saw_counts_as_the_nearest_listed_statement_around_it(tmp_path):
     """Another version of ``run`` wraps the changed statement in a new ``if``: the file never saw it, but it runs only
     where ``if x > 0`` ran (listed: case a alone), not wherever ``run`` ran."""
-    reports = [
-        {
-            "versions": {},
-            "cases": [
-                {
-                    "id": "m/a/x",
-                    "footprint": {"toy/nested.py": ["run"]},
-                    "footprint_lines": {"toy/nested.py": [2, 3, 4, 5, 6]},
-                },
-                {
-                    "id": "m/b/x",
-                    "footprint": {"toy/nested.py": ["run"]},
-                    "footprint_lines": {"toy/nested.py": [2, 3, 6]},
-                },
-            ],
-        }
-    ]
-    footprints = footprints_file.from_reports(reports, lambda path: NESTED if path == "toy/nested.py" else None)
+    footprints = _recorded("toy/nested.py", NESTED, {"m/a/x": [2, 3, 4, 5, 6], "m/b/x": [2, 3, 6]})
     other = NESTED.replace("            y = y + 3\n", "            if x > 5:\n                y = y + 3\n")
     base, head = _packages(tmp_path, {"nested.py": other}, {"nested.py": other.replace("y + 3", "y + 4")})
     chosen = select_between(footprints, base, head)
@@ -501,24 +464,7 @@ def test_a_module_level_getattr_in_a_new_module_selects_what_reaches_that_module
 def test_a_changed_function_is_judged_by_the_side_whose_statements_the_file_lists(tmp_path):
     """The footprints were recorded on head's version: base's edited statement is unknown to them, head's is listed
     (case b alone ran it), so head's side decides."""
-    reports = [
-        {
-            "versions": {},
-            "cases": [
-                {
-                    "id": "m/a/x",
-                    "footprint": {"toy/branchy.py": ["run"]},
-                    "footprint_lines": {"toy/branchy.py": [2, 3, 4, 7]},
-                },
-                {
-                    "id": "m/b/x",
-                    "footprint": {"toy/branchy.py": ["run"]},
-                    "footprint_lines": {"toy/branchy.py": [2, 3, 6, 7]},
-                },
-            ],
-        }
-    ]
-    footprints = footprints_file.from_reports(reports, lambda path: BRANCHY if path == "toy/branchy.py" else None)
+    footprints = _recorded("toy/branchy.py", BRANCHY, {"m/a/x": [2, 3, 4, 7], "m/b/x": [2, 3, 6, 7]})
     base = BRANCHY.replace("y * 3", "y * 7")
     chosen = select_between(footprints, *_packages(tmp_path, {"branchy.py": base}, {"branchy.py": BRANCHY}))
     assert chosen.cases == ("m/b/x",), chosen.reasons

@@ -80,7 +80,7 @@ def held_by(case: CaseRecord) -> dict[str, str | tuple[str, ...]] | None:
     among its problems (that gets a budget) or nothing names what failed."""
     if case.raised:
         return {"known_raises": case.raised}
-    if any(p.kind in BUDGET_KINDS for p in case.problems):
+    if any(p.kind in BUDGET_KINDS or p.kind == "missed break" for p in case.problems):
         return None
     frames = {limit_frame(hit.frame) for hit in case.recompiles.limit_hits}
     checks = {name for p in case.problems if p.kind != "recompile limit" for name in p.names}

@@ -21,12 +21,14 @@ import torch._dynamo.utils
 
 from compile_audit.locations import location, short_path
 from compile_audit.probe.graph_breaks import GraphBreak, graph_break_id, one_line_reason, stack_entry
+from compile_audit.probe.logged_breaks import LoggedBreak, logged_break
 
 # Types Dynamo raises for a graph break it did not handle; the frame then runs eagerly.
 _GRAPH_BREAK_FAILURES = frozenset({"Unsupported", "UserError"})
 _TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)$')
 _COMPILE_ID = re.compile(r"(\d+)/(\d+)\]?$")
 _METRICS_LIMIT = 100_000  # a phase's frame compiles all stay in the window (Dynamo's default keeps 64)
+_RESUME_FUNCTION = re.compile(r"^torch_dynamo_resume_in_(?P<name>.+)_at_(?P<line>\d+)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +47,14 @@ class _GraphBreakLog(logging.Handler):
     def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)
         self.tracebacks: list[list[tuple[str, int, str]]] = []
+        self.breaks: list[LoggedBreak] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        text = str(record.msg)
+        text = record.getMessage()
+        compile_id = compile_id_of(torch._guards.CompileContext.current_compile_id())
+        logged = logged_break(text, compile_id)
+        if logged is not None:
+            self.breaks.append(logged)
         if "\nUser code traceback:\n" not in text:
             return
         frames = []
@@ -71,6 +78,11 @@ class FrameRecords:
         self.eager_frames: list[GraphBreak] = []
         self.work = FrameWork()
         self.codes: dict[str, str] = {}  # compile id ("3/0") -> the frame it compiled or tried ("forward at f.py:12")
+        self.logged: list[LoggedBreak] = []  # every resumable break in Dynamo's graph-break log
+        self.counted_by_dynamo = 0  # the breaks Dynamo's own counter (counters["graph_break"]) added
+        # Where Dynamo resumed after a break, from the resume functions it compiled: ("f.py:12", "forward")
+        self.resumed_at: list[tuple[str, str]] = []
+        self._compiled: dict[str, tuple[str, str]] = {}  # compile id -> (function, file) of the frame compiled
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[FrameRecords]:
@@ -84,6 +96,7 @@ class FrameRecords:
         logger.addHandler(handler)
         logger.setLevel(logging.DEBUG)
         logger.propagate = False  # Dynamo's own handler would print every break to stderr
+        counted_before = _dynamo_break_counter()
         try:
             yield self
         finally:
@@ -92,7 +105,22 @@ class FrameRecords:
             logger.propagate = propagate
             new = [m for m in utils._compilation_metrics if id(m) not in seen]
             utils.set_compilation_metrics_limit(previous_limit or 64)
+            self.logged = handler.breaks
+            self.counted_by_dynamo = _dynamo_break_counter() - counted_before
             self._read(new, handler.tracebacks)
+
+    def breaks_without_graph(self, counted: list[GraphBreak]) -> list[GraphBreak]:
+        """The logged breaks of frame compiles that ``counted`` has no break for: Dynamo stopped there before any
+        operation, so the graph it ended was empty and no backend saw it. One per place and reason per compile (a
+        compile Dynamo restarts may log its break again)."""
+        accounted = {brk.compile_id for brk in counted if brk.compile_id}
+        found: dict[tuple[str, str, str], GraphBreak] = {}
+        for logged in self.logged:
+            if logged.compile_id in accounted:
+                continue
+            brk = logged.as_graph_break(self._compiled.get(logged.compile_id))
+            found.setdefault((logged.compile_id, brk.location, brk.reason), brk)
+        return list(found.values())
 
     def _read(self, metrics: list[Any], tracebacks: list[list[tuple[str, int, str]]]) -> None:
         compiled = [m for m in metrics if m.has_guarded_code]
@@ -105,11 +133,19 @@ class FrameRecords:
             compile_id = compile_id_of(m.compile_id)
             if compile_id and m.co_name and m.co_filename:
                 self.codes[compile_id] = f"{m.co_name} at {location(m.co_filename, m.co_firstlineno or 0)}"
+                self._compiled[compile_id] = (m.co_name, m.co_filename)
+            resumed = _RESUME_FUNCTION.match(m.co_name or "")
+            if resumed and m.co_filename and compile_id.endswith("/0"):
+                self.resumed_at.append((location(m.co_filename, int(resumed["line"])), resumed["name"]))
         self.eager_frames = [
             eager_frame_break(m, tracebacks)
             for m in metrics
             if m.fail_type in _GRAPH_BREAK_FAILURES and not m.has_guarded_code and m.co_filename
         ]
+
+
+def _dynamo_break_counter() -> int:
+    return sum(torch._dynamo.utils.counters["graph_break"].values())
 
 
 def compile_id_of(value: Any) -> str:

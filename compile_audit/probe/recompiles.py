@@ -133,12 +133,16 @@ class PhaseRecord:
     # compile id -> the user frames that called the frame being compiled, innermost first, each as
     # (its code, "file:line in function"): a caller that Dynamo handled makes the compile a nested one
     callers: dict[str, list[list[str]]] = dataclasses.field(default_factory=dict)
+    # Dynamo's own record of the phase's breaks, to reconcile the report with (compile_audit.rules.reconcile): the
+    # breaks its counter added, and where it resumed after one (the resume functions it compiled).
+    dynamo_counted_breaks: int = 0
+    resumed_at: list[tuple[str, str]] = dataclasses.field(default_factory=list)
 
     def break_report(self) -> GraphBreakReport:
         return GraphBreakReport(call=self.name, breaks=self.graph_breaks, graph_count=self.graphs_compiled)
 
     def to_dict(self) -> dict[str, Any]:
-        skip = ("recompiles", "graph_breaks", "limit_hits", "ddp_splits", "frame_codes", "callers")
+        skip = ("recompiles", "graph_breaks", "limit_hits", "ddp_splits", "frame_codes", "callers", "resumed_at")
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in skip}
         data["graph_breaks"] = len(self.graph_breaks)
         data["recompiles"] = [r.to_dict() for r in self.recompiles]
@@ -326,8 +330,12 @@ class PhaseAudit:
         finally:
             record.seconds = time.perf_counter() - started
             record.graphs_compiled = self.backend.graphs - graphs_before
-            # Frames Dynamo gave up on and ran eagerly are graph breaks too: no graph tells of them.
-            record.graph_breaks = self.backend.breaks[breaks_before:] + frames.eager_frames
+            # Frames Dynamo gave up on and ran eagerly are graph breaks too: no graph tells of them. Nor of a break
+            # before a frame's first operation: the graph it ended was empty; Dynamo's log tells of it.
+            counted = self.backend.breaks[breaks_before:] + frames.eager_frames
+            record.graph_breaks = counted + frames.breaks_without_graph(counted)
+            record.dynamo_counted_breaks = frames.counted_by_dynamo
+            record.resumed_at = frames.resumed_at
             record.operations_captured, record.guards = frames.work.operations, frames.work.guards
             record.frame_codes = frames.codes
             record.ddp_splits = self.backend.splits[splits_before:]

@@ -125,7 +125,8 @@ class AuditResult:
                 "count": len(self.recompiles),
                 "unexpected": len(self.unexpected_recompiles),
                 "signatures": sorted(self.recompile_signatures),
-                "limit_hits": [hit.to_dict() for hit in self.limit_hits],
+                # Every frame Dynamo gave up on, a root's consequences included: each fails the case.
+                "limit_hits": [hit.to_dict() for phase in self.phases for hit in phase.limit_hits],
                 "events": [{**r.to_dict(), "consequence": id(r) not in judged} for r in self.all_recompiles],
                 "consequences": len(self.all_recompiles) - len(self.recompiles),
             },

@@ -2,8 +2,11 @@
 
 Problems, in the order a failure message lists them:
 
-- ``RECOMPILE_LIMIT``: Dynamo gave up on a frame and runs it eagerly. Fails whatever the budget;
-  only a ``known_failure`` holds it, and such a run never feeds the ratchet.
+- ``MISSED_BREAK``: Dynamo recorded a graph break the report lacks (``compile_audit.rules.reconcile``): the probe
+  is wrong, so no count of the case can be trusted. Fails whatever the budget; nothing holds it.
+- ``RECOMPILE_LIMIT``: Dynamo gave up on a frame and runs it eagerly. Fails whatever the budget, also where the frame
+  is a consequence of a budgeted root (the message shows it under that root); only a ``known_failure`` naming the
+  frame holds it, and such a run never feeds the ratchet.
 - ``OVER_BUDGET``: more graph breaks / recompiles / unexpected recompiles / DDP splits than the budget allows.
 - ``NEW_ROOT``: a root (``compile_audit.rules.roots``) of the code under test, named by torch's graph-break id, that the
   budget does not list, even within the counts; on any versions.
@@ -38,6 +41,7 @@ from compile_audit.normalize import normalize, without_lines
 from compile_audit.probe.recompiles import Recompile
 from compile_audit.rules.budgets import KNOWN_FAILURE_KINDS, Budget, Observed, compare, known_value_shown
 from compile_audit.rules.causes import Allowance
+from compile_audit.rules.reconcile import missed_breaks
 from compile_audit.rules.result import AuditResult
 from compile_audit.rules.roots import Root, is_graph_break_id
 
@@ -46,6 +50,7 @@ MAX_ROOTS = 20  # roots described in a failure message
 
 
 class Kind(enum.Enum):
+    MISSED_BREAK = "missed break"
     RECOMPILE_LIMIT = "recompile limit"
     OVER_BUDGET = "over budget"
     NEW_ROOT = "new root"
@@ -107,7 +112,8 @@ class Verdict:
     def feeds_budget(self) -> bool:
         """Whether ``--update-budgets`` may record this run: not when Dynamo gave up (its counts collapsed), unless
         the known failure names that limit (the run then stops where it always does, and its counts compare)."""
-        return not any(p.kind is Kind.RECOMPILE_LIMIT and p not in self.held for p in self.problems)
+        untrusted = (Kind.RECOMPILE_LIMIT, Kind.MISSED_BREAK)
+        return not any(p.kind in untrusted and p not in self.held for p in self.problems)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,15 +265,34 @@ def _steady_state(result: AuditResult) -> Problem | None:
     return Problem(Kind.STEADY_STATE, "\n".join(lines), (STEADY_STATE_CHECK,), summary)
 
 
-def _recompile_limit(result: AuditResult) -> Problem | None:
-    hits = result.limit_hits
+def _missed_breaks(result: AuditResult) -> Problem | None:
+    missed = missed_breaks(result.phases)
+    if not missed:
+        return None
+    count = sum(m.count for m in missed)
+    lines = [
+        f"the probe missed {count} graph break(s) Dynamo recorded; the counts above cannot be trusted (a defect of"
+        " compile_audit's probe, not of the code under test):",
+        *(f"  {m.describe()}" for m in missed),
+    ]
+    return Problem(Kind.MISSED_BREAK, "\n".join(lines), summary=f"the probe missed {count} graph break(s)")
+
+
+def _recompile_limit(result: AuditResult, roots: Sequence[Root]) -> Problem | None:
+    own = result.limit_hits
+    under_roots = [(hit, root) for root in roots for hit in root.limit_hits]
+    hits = [*own, *(hit for hit, _ in under_roots)]
     if not hits:
         return None
     lines = [
         f"Dynamo hit its recompile limit on {len(hits)} frame(s) and runs them eagerly from then on, silently;"
         " no budget allows it, only a known failure naming the frame (known_recompile_limit) holds it:"
     ]
-    lines += [f"  {hit.describe()}" for hit in hits]
+    lines += [f"  {hit.describe()}" for hit in own]
+    lines += [
+        f"  {hit.describe()} (a consequence of the root at {root.location} in {root.function})"
+        for hit, root in under_roots
+    ]
     frames = tuple(sorted({limit_frame(hit.frame) for hit in hits}))
     summary = f"Dynamo hit its recompile limit and runs eagerly: {', '.join(frames)}"
     return Problem(Kind.RECOMPILE_LIMIT, "\n".join(lines), frames, summary)
@@ -373,8 +398,9 @@ def judge(
     for the headline."""
     seen = counted(result, budget)  # attributing is the costly part: once per verdict
     counts = compare(_observed(result, seen), budget)
-    limit = _recompile_limit(result)
+    limit = _recompile_limit(result, (*seen.roots, *seen.held_roots))
     candidates = [
+        _missed_breaks(result),
         limit,
         _over_budget(result, budget, counts.over, where) if counts.over else None,
         *_new_signatures(result, budget, seen, where),

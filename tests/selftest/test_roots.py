@@ -4,8 +4,10 @@ back to Python, and what they then compiled, are listed under it and never count
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,9 +18,17 @@ from compile_audit.probe.guards import GuardFailure
 from compile_audit.probe.recompiles import PhaseRecord, Recompile, RecompileLimitHit
 from compile_audit.rules.budgets import Budget
 from compile_audit.rules.case import CaseAudit
+from compile_audit.rules.result import AuditResult
 from compile_audit.rules.roots import EAGER_MARK, attribute
+from compile_audit.rules.verdict import Kind, judge, limit_frame
 
 pytestmark = pytest.mark.selftest
+
+
+def _planted_here(name: str) -> str:
+    lines = Path(__file__).read_text(encoding="utf-8").splitlines()
+    (number,) = [n for n, line in enumerate(lines, start=1) if line.endswith(f"# PLANTED:{name}")]
+    return f"tests/selftest/test_roots.py:{number}"
 
 
 @contextlib.contextmanager
@@ -28,7 +38,7 @@ def _hooks():
 
 def _breaks_inside(x: torch.Tensor) -> torch.Tensor:
     x = x + 1
-    torch._dynamo.graph_break()
+    torch._dynamo.graph_break()  # PLANTED:inside-hook
     return x * 2
 
 
@@ -65,7 +75,7 @@ def test_the_frames_a_break_sends_back_to_python_are_its_consequences_not_breaks
     result = audit.result
     (root,) = result.roots
     assert result.graph_break_count == 1
-    assert root.location.endswith("test_roots.py:31") and root.function == "_breaks_inside"
+    assert root.location == _planted_here("inside-hook") and root.function == "_breaks_inside"
     assert root.identity.startswith("tests/selftest/test_roots.py in _breaks_inside: gb")
     assert [b.eager_function.split(" at ")[0] for b in root.eager_frames] == ["forward"]
     # _breaks_inside is compiled only because forward ran eagerly: its recompile (a new length) is the root's
@@ -183,6 +193,21 @@ def test_a_recompile_and_a_limit_hit_of_a_frame_compiled_because_of_a_root_are_i
     (root,) = found.roots
     assert [r.frame for r in root.recompiles] == [HELPER] and found.recompiles == []
     assert [h.frame for h in root.limit_hits] == [HELPER] and found.limit_hits == []
+
+
+def test_a_limit_hit_that_is_a_consequence_still_fails_under_its_root_unless_a_known_failure_names_it():
+    """Dynamo giving up is a failure, never a budget: a budgeted root whose echoes reach the limit, and so run part
+    of the model eagerly, fails the case; only ``known_recompile_limit`` naming that frame holds it."""
+    result = AuditResult(phases=[_phase()], under_test=("pkg",))
+    budget = Budget(graph_breaks=1, recompiles=1, break_signatures=(result.roots[0].identity,), note="n", recorded=True)
+    verdict = judge("toy/limit/train", result, budget)
+    assert verdict.status == "failed" and [p.kind for p in verdict.problems] == [Kind.RECOMPILE_LIMIT]
+    assert f"{HELPER} hit Dynamo's recompile_limit (8)" in verdict.message
+    assert "(a consequence of the root at pkg/layer.py:22 in forward)" in verdict.message
+    assert not verdict.feeds_budget
+    frame = limit_frame(HELPER)
+    held = dataclasses.replace(budget, known_recompile_limit=(frame,), known_failure="the helper recompiles per caller")
+    assert judge("toy/limit/train", result, held).status == "xfailed"
 
 
 def test_a_recompile_on_a_guard_the_code_under_test_installed_is_judged_on_its_own():

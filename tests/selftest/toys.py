@@ -169,3 +169,36 @@ class ClassPerCall(Clean):
             scale = 2.0
 
         return self.linear(x) * Proxy.scale
+
+
+class BreaksFirst(Clean):
+    """A break as the first statement: the graph it ends is empty, so no backend sees it (only Dynamo's log)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        torch._dynamo.graph_break()  # PLANTED:first-statement
+        return self.linear(x).relu()
+
+
+def _batch_size(x: torch.Tensor) -> int:
+    torch._dynamo.graph_break()  # PLANTED:helper-first
+    return x.shape[0]
+
+
+class BreaksInHelperFirst(Clean):
+    """A helper that breaks before any tensor operation, called first, as prompt learning's ``_get_batch_size``."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        size = _batch_size(x)
+        return self.linear(x).relu() * size
+
+
+class Wraps(nn.Module):
+    """An outer module whose forward only calls the inner one: a break first in the inner forward ends an empty graph
+    in both frames."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x)

@@ -198,6 +198,8 @@ class Method:
     base_config_overrides: dict[str, object] = field(default_factory=dict, compare=False)
     # Other PEFT APIs the method uses, as dotted names ("peft.utils.get_peft_model_state_dict").
     peft_apis: tuple[str, ...] = ()
+    # No registry entry: derived from what the installed PEFT declares (bench_models.derived_methods).
+    derived: bool = False
     # Everything the method cannot run, derived: TUNER_LIMITS less `lifts`, plus `cannot_run`.
     limits: Mapping[Selector, str] = field(init=False, compare=False, repr=False)
 
@@ -603,7 +605,7 @@ _METHOD_LIST = [
     ),
 ]
 
-METHODS: dict[str, Method] = {m.name: m for m in _METHOD_LIST}
+REGISTERED: dict[str, Method] = {m.name: m for m in _METHOD_LIST}
 
 # PeftTypes of older peft releases that a method here covers under their current name. Only those the installed
 # peft exports are excluded, so the exclusions never name a PeftType that does not exist.
@@ -614,6 +616,12 @@ _RETIRED_PEFT_TYPES = {
 EXCLUDED_PEFT_TYPES: dict[str, str] = {
     name: reason for name, reason in _RETIRED_PEFT_TYPES.items() if name in peft.PeftType.__members__
 }
+
+# Imported here, not at the top: derivation builds Methods, so it needs this module's definitions first.
+from .derived_methods import derived_methods  # noqa: E402
+
+# The registry's entries, then a derived method for every PeftType of the installed peft they do not cover.
+METHODS: dict[str, Method] = {**REGISTERED, **derived_methods(REGISTERED, EXCLUDED_PEFT_TYPES)}
 
 
 def get_method(method_name: str) -> Method:

@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 
 import peft
 import pytest
@@ -28,12 +29,21 @@ def uncovered_peft_types(peft_types, methods, excluded) -> list[str]:
 
 
 def test_every_peft_type_has_a_case_or_an_exclusion():
+    """A PeftType with no registry entry is a derived method (bench_models.derived_methods): it has cases, judged by
+    the causes, so a pull request that adds a method is not red for the registry; it is reported as derived."""
     missing = uncovered_peft_types(peft.PeftType, METHODS, EXCLUDED_PEFT_TYPES)
     assert not missing, (
-        f"peft {peft.__version__} exports PeftType(s) with no compile case: {missing}. Add a Method to "
-        "bench_models/methods.py (sized for the tiny models) or an entry with the reason in EXCLUDED_PEFT_TYPES:"
-        " docs/extending.md, 'A new PEFT method, step by step'."
+        f"peft {peft.__version__} exports PeftType(s) with no compile case, not even a derived one (no config class"
+        f" registered for them in peft.mapping.PEFT_TYPE_TO_CONFIG_MAPPING): {missing}. Add a Method to"
+        " bench_models/methods.py or an entry with the reason in EXCLUDED_PEFT_TYPES: docs/extending.md."
     )
+    derived = sorted(f"{m.peft_type} (as {name})" for name, m in METHODS.items() if m.derived)
+    if derived:
+        warnings.warn(
+            f"peft {peft.__version__} exports PeftType(s) the registry does not know, compiled as derived methods:"
+            f" {', '.join(derived)}. A Method in bench_models/methods.py refines one (docs/extending.md).",
+            stacklevel=1,
+        )
 
 
 def test_exclusions_have_reasons_and_are_not_also_covered():

@@ -114,6 +114,9 @@ class Budget:
     known_because: tuple[str, ...] = dataclasses.field(default=(), compare=False)
     # What causes allow in this case beside the entry (Cause.allows); derived from the file, not written.
     allowed: tuple[Allowance, ...] = dataclasses.field(default=(), compare=False)
+    # A case judged by the causes (a method the registry does not know yet, with no entry of its own): the causes
+    # whose signatures it may have, any number of times (compile_audit.rules.verdict); derived, not written.
+    judged_by: tuple[Cause, ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def known(self) -> bool:
@@ -149,6 +152,10 @@ class Budget:
         data["explained_by"] = tuple(data.get("explained_by", ()))
         data["known_because"] = tuple(data.get("known_because", ()))
         data["allowed"] = tuple(Allowance(**a) for a in data.get("allowed", ()))
+        data["judged_by"] = tuple(
+            Cause(**{**c, **{k: tuple(c.get(k, ())) for k in ("signatures", "known_failures", "in_cases", "allows")}})
+            for c in data.get("judged_by", ())
+        )
         return cls(**data)
 
 
@@ -519,10 +526,14 @@ class BudgetFile:
         written_causes = {name: (c, cause_blocks[name]) for name, c in causes.items() if name in cause_blocks}
         return cls(path, versions, causes, entries, written, written_causes)
 
-    def budget_for(self, case_id: str) -> Budget:
-        """The case's entry (or the default), with what causes allow in it beside the entry."""
+    def budget_for(self, case_id: str, *, judged_by_causes: bool = False) -> Budget:
+        """The case's entry (or the default), with what causes allow in it beside the entry. ``judged_by_causes``:
+        a case with no entry may have what the explained causes name (a method the registry does not know yet)."""
         allowed = tuple(a for cause in self.causes.values() for a in cause.allowances_for(case_id))
-        return dataclasses.replace(self.entries.get(case_id, Budget()), allowed=allowed)
+        budget = dataclasses.replace(self.entries.get(case_id, Budget()), allowed=allowed)
+        if judged_by_causes and not budget.recorded:
+            budget = dataclasses.replace(budget, judged_by=tuple(c for c in self.causes.values() if c.explained))
+        return budget
 
     def where(self, case_id: str, relative_to: Path | None = None) -> str:
         """``file:line`` of the case's entry, for messages; or why the default budget applies."""

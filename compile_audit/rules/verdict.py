@@ -380,6 +380,28 @@ def _leading(case_id: str, result: AuditResult, budget: Budget, seen: Counted, v
     return lines
 
 
+def by_causes(result: AuditResult, budget: Budget) -> Budget:
+    """A case judged by the causes (``Budget.judged_by``): its entry is what the run met that a cause explains, so
+    only a root or unexpected recompile no cause explains fails it (a new method's own break, at its line)."""
+    if not budget.judged_by or budget.recorded:
+        return budget
+    roots = [r.identity for r in result.roots if any(c.explains(r.identity) for c in budget.judged_by)]
+    recompiles = [
+        r.signature for r in result.unexpected_recompiles if any(c.explains(r.signature) for c in budget.judged_by)
+    ]
+    names = sorted({c.name for c in budget.judged_by for s in (*roots, *recompiles) if c.explains(s)})
+    return dataclasses.replace(
+        budget,
+        graph_breaks=len(roots),
+        unexpected_recompiles=len(recompiles),
+        break_signatures=tuple(sorted(set(roots))),
+        recompile_signatures=tuple(sorted(set(recompiles))),
+        note="a method the registry does not know yet, with no entry: it may have what these causes explain: "
+        + (", ".join(names) or "(none met)"),
+        recorded=True,
+    )
+
+
 def judge(
     case_id: str,
     result: AuditResult,
@@ -396,6 +418,7 @@ def judge(
     ``file:line`` (or why the default applies); ``on_recorded_versions``: the installed versions equal those the
     budget was recorded with (else the ratchet and new signatures warn); ``versions_note``: which of them differ,
     for the headline."""
+    budget = by_causes(result, budget)
     seen = counted(result, budget)  # attributing is the costly part: once per verdict
     counts = compare(_observed(result, seen), budget)
     limit = _recompile_limit(result, (*seen.roots, *seen.held_roots))

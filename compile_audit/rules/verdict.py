@@ -385,10 +385,9 @@ def by_causes(result: AuditResult, budget: Budget) -> Budget:
     only a root or unexpected recompile no cause explains fails it (a new method's own break, at its line)."""
     if not budget.judged_by or budget.recorded:
         return budget
-    roots = [r.identity for r in result.roots if any(c.explains(r.identity) for c in budget.judged_by)]
-    recompiles = [
-        r.signature for r in result.unexpected_recompiles if any(c.explains(r.signature) for c in budget.judged_by)
-    ]
+    seen = counted(result, budget)  # less what the causes' allowances already hold in the case
+    roots = [r.identity for r in seen.roots if any(c.explains(r.identity) for c in budget.judged_by)]
+    recompiles = [r.signature for r in seen.unexpected if any(c.explains(r.signature) for c in budget.judged_by)]
     names = sorted({c.name for c in budget.judged_by for s in (*roots, *recompiles) if c.explains(s)})
     return dataclasses.replace(
         budget,

@@ -34,7 +34,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from compile_audit.artifacts import code_changes
+from compile_audit.artifacts import code_changes, tables
 from compile_audit.artifacts.code_changes import (
     FunctionChange,
     Module,
@@ -58,6 +58,8 @@ class Selection:
     cases: tuple[str, ...]  # when not everything: the cases the change selects
     reasons: tuple[str, ...]  # one line per change: what it selects and why
     changed_files: tuple[str, ...] = ()  # files whose executed code differs
+    # Code in files base does not have: the cases no footprint can hold (a new method's) run too; the zoo names them.
+    new_cases: bool = False
 
     @property
     def nothing_executes_differently(self) -> bool:
@@ -70,7 +72,14 @@ class Selection:
 class Readers:
     """Who reads what, over both versions of the package (a reader on either side counts)."""
 
-    def __init__(self, modules: Iterable[Module]) -> None:
+    def __init__(
+        self, modules: Iterable[Module], added: Iterable[str] = (), base_folders: Iterable[str] | None = None
+    ) -> None:
+        self.added = frozenset(added)  # files only head has
+        # Folders base has files in (None: unknown, every folder counts as old).
+        self.base_folders = None if base_folders is None else frozenset(base_folders)
+        self.by_iteration: dict[str, set[str]] = {}  # name -> the functions that iterate it (artifacts.tables)
+        self.module_functions: dict[str, list[code_changes.FunctionDef]] = {}  # module-level functions by name
         self.modules: dict[str, Module] = {}
         self.versions: dict[str, list[Module]] = {}  # each parsed version of a file: base's, then head's
         self.by_attribute: dict[str, set[str]] = {}
@@ -82,8 +91,12 @@ class Readers:
         for module in modules:
             self.modules.setdefault(module.path, module)
             self.versions.setdefault(module.path, []).append(module)
-            for qualname in module.functions:
+            for qualname, function in module.functions.items():
                 key = f"{module.path}::{qualname}"
+                for name in tables.iterated_names(function.node):
+                    self.by_iteration.setdefault(name, set()).add(key)
+                if "." not in qualname:
+                    self.module_functions.setdefault(qualname, []).append(function)
                 for name in module.attributes_read.get(qualname, ()):
                     self.by_attribute.setdefault(name, set()).add(key)
                 for name in module.strings_read.get(qualname, ()):
@@ -107,7 +120,8 @@ class Readers:
         if not imported or imported[1] != name:
             return False
         source, defining = imported[0], code_changes.dotted_module(defined_in)
-        return defining == source or defining.startswith(source + ".")
+        # A package above re-exports a name of a module base lacks only if its own (changed) code imports it.
+        return defining == source or (not self.is_added(defined_in) and defining.startswith(source + "."))
 
     def of_name(self, name: str, defined_in: str) -> set[str]:
         """Functions that read a module-level name: bare where it is visible; as an attribute or a string
@@ -115,14 +129,40 @@ class Readers:
         defining module (or a package above it) as an object (``from . import variants``)."""
         found = {key for key, path in self.by_name.get(name, ()) if self._sees(path, name, defined_in)}
         defining = code_changes.dotted_module(defined_in)
+        # A module base lacks is reached as an attribute only through a module that imports it by name: code that
+        # existed before it could not spell its path (``peft.PeftType`` is peft's binding, not a new tuner's).
+        above = not self.is_added(defined_in)
         for key in self.by_attribute.get(name, set()) | self.by_string.get(name, set()):
             path = key.partition("::")[0]
             module = self.modules.get(path)
             if path == defined_in or (
-                module and any(defining == m or defining.startswith(m + ".") for m in module.imported_modules())
+                module
+                and any(defining == m or (above and defining.startswith(m + ".")) for m in module.imported_modules())
             ):
                 found.add(key)
         return found
+
+    def is_added(self, path: str) -> bool:
+        return path in self.added
+
+    def in_new_folder(self, path: str) -> bool:
+        """A file of a subpackage base does not have (a new method's tuner package)."""
+        folder = path.rpartition("/")[0]
+        return self.is_added(path) and self.base_folders is not None and folder not in self.base_folders
+
+    def iterating(self, names: Iterable[str]) -> set[str]:
+        """Functions that go over one of these tables (a loop, ``.items()``, ``list(...)``), not those that look up
+        a key."""
+        return set().union(*(self.by_iteration.get(name, set()) for name in names))
+
+    def tables_written_by(self, names: Iterable[str]) -> set[str] | None:
+        """The tables the module-level functions of these names add keys to; None when one of them is not this
+        package's (its effect is unknown)."""
+        written: set[str] = set()
+        for name in names:
+            for function in self.module_functions.get(name, []):
+                written |= tables.written_tables(function.node)
+        return written or None
 
     def of_attribute(self, name: str) -> set[str]:
         """Functions that read an attribute of that name on anything (a class attribute, a dataclass field)."""
@@ -177,6 +217,7 @@ class Readers:
 class Pick:
     cases: frozenset[str] | None  # None: every case
     reason: str
+    new_cases: bool = False  # the cases no footprint holds run too
 
 
 def _identifiers_of(module: Module, qualname: str) -> frozenset[str]:
@@ -320,7 +361,7 @@ class _Rules:
         statement, path = change.statement, change.path
         where = f"{path}: {change.kind} `{statement.text}`"
         if not statement.binds:
-            return self.import_time_effect(path, where)
+            return self.import_time_effect(path, where, statement)
         if statement.kind == "class":
             (name,) = statement.binds
             owner = f"{statement.scope}.{name}" if statement.scope else name
@@ -330,7 +371,12 @@ class _Rules:
             cases = self.cases_reading(self.readers.of_name(name, path), {name})
             return Pick(cases, f"{where}: nothing ran {owner}: the {_count(cases)} that ran code naming it")
         if statement.scope:
-            cases = self.class_cases(path, statement.scope)
+            # A member added to a class (an enum's): code that iterates the class sees it.
+            leaf = statement.scope.rpartition(".")[2]
+            members = frozenset()
+            if change.kind == "added":
+                members = self.cases_reading(self.readers.iterating({leaf}), {leaf})
+            cases = self.class_cases(path, statement.scope) | members
             if cases:
                 return Pick(cases, f"{where}: the {_count(cases)} that ran {statement.scope} or a subclass")
             readers = set().union(*(self.readers.of_attribute(n) for n in statement.binds))
@@ -349,10 +395,23 @@ class _Rules:
                 cases |= self.cases_reading(self.readers.of_attribute(name), {name}) & self.class_cases(p, scope)
         return Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(n for _, _, n in names)}")
 
-    def import_time_effect(self, path: str, where: str) -> Pick:
+    def import_time_effect(self, path: str, where: str, statement: code_changes.Statement | None = None) -> Pick:
         """A statement that binds nothing acts at import (a registration call): on its own subpackage's cases; in
-        the package's top folder, or a subpackage no recorded case ran, on every case."""
+        the package's top folder, or a subpackage no recorded case ran, on every case. In a subpackage base does not
+        have (a new method's), a call of this package's functions adds keys to the tables they write: the new cases,
+        and the cases that ran code iterating those tables."""
         folder = path.rpartition("/")[0]
+        if statement is not None and self.readers.in_new_folder(path):
+            written = self.readers.tables_written_by(statement.reads)
+            if written:
+                iterating = self.readers.iterating(written)
+                cases = self.cases_reading(iterating, written)
+                return Pick(
+                    cases,
+                    f"{where}: runs at import in a new subpackage and adds keys to {_names(written)}: the new cases,"
+                    f" and the {_count(cases)} that ran code iterating them",
+                    new_cases=True,
+                )
         cases = self.footprints.ran_any(f"{folder}/") if "/" in folder else frozenset()
         if cases:
             return Pick(
@@ -388,8 +447,13 @@ def select(
     cases = set().union(*(pick.cases for pick in picks if pick.cases is not EVERYTHING))
     changed = sorted({m.path for m in changes if m.executes_differently} | {u.split(":", 1)[0] for u in unparsable})
     ordered = sorted(picks, key=lambda pick: pick.cases is not EVERYTHING)  # what widened to everything first
+    new_cases = any(p.new_cases for p in picks) or any(readers.is_added(m.path) for m in changes)
     return Selection(
-        everything, () if everything else tuple(sorted(cases)), tuple(p.reason for p in ordered), tuple(changed)
+        everything,
+        () if everything else tuple(sorted(cases)),
+        tuple(p.reason for p in ordered),
+        tuple(changed),
+        new_cases=new_cases and not everything,
     )
 
 
@@ -443,7 +507,8 @@ def compare_sources(
         module_changes = code_changes.compare(parsed.get(("base", path)), parsed.get(("head", path)))
         if module_changes.executes_differently:
             changes.append(module_changes)
-    return changes, list(unparsable.values()), Readers(parsed.values())
+    base_folders = {path.rpartition("/")[0] for path in base}
+    return changes, list(unparsable.values()), Readers(parsed.values(), head.keys() - base.keys(), base_folders)
 
 
 def package_files(root: Path) -> dict[str, Source]:

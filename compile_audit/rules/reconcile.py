@@ -6,8 +6,8 @@ Dynamo keeps two records the probe does not count from, so they can catch it mis
 - its graph-break counter (``torch._dynamo.utils.counters["graph_break"]``), per phase. It leaves some breaks out
   (a data-dependent branch), so it is a floor: the report may hold more, never fewer;
 - the resume functions it compiles (``torch_dynamo_resume_in_<function>_at_<line>``): each is where it went on after
-  a break in that function at that line, so a break of the report (in that phase or an earlier one, whose compiled
-  code it resumes) must pass through that line.
+  a break in that function at that line, so a break of the report (in that phase or an earlier one) must pass
+  through that line or have ended a compile of that function.
 """
 
 from __future__ import annotations
@@ -30,27 +30,44 @@ class MissedBreaks:
         return f"[{self.phase}] {self.count} graph break(s): " + "; ".join(self.where)
 
 
-def _stack_locations(phase: PhaseRecord) -> set[str]:
-    """Every ``file:line`` a break of the phase passed through, its own location included."""
+_RESUME_PREFIX = "torch_dynamo_resume_in_"
+
+
+def _own_function(code: str) -> tuple[str, str]:
+    """(function, file) of a compiled code ("forward at f.py:12"); a resume function counts as the one it resumes."""
+    name, _, where = code.partition(" at ")
+    if name.startswith(_RESUME_PREFIX):
+        name = name.removeprefix(_RESUME_PREFIX).rpartition("_at_")[0]
+    return name, where.rpartition(":")[0]
+
+
+def _accounted(phase: PhaseRecord, codes: dict[str, str]) -> set[str]:
+    """What a resume function may be explained by: every ``file:line`` a break of the phase passed through (its own
+    location included), and every function (``function in file``) whose compile a break ended. A break Dynamo places
+    at the output of a graph (a ``requires_grad_()`` tensor leaked by a hook) carries only the hook's frame."""
     found = set()
     for brk in phase.graph_breaks:
         found.add(brk.location)
         found.update(entry.split(" in ", 1)[0] for entry in brk.stack)
         if brk.stopped_at:
             found.add(brk.stopped_at)
+        if brk.compile_id in codes:
+            found.add("{} in {}".format(*_own_function(codes[brk.compile_id])))
     return found
 
 
 def missed_breaks(phases: Sequence[PhaseRecord]) -> list[MissedBreaks]:
     """Per phase, the breaks Dynamo recorded that the report lacks (none, when they agree)."""
     missed = []
-    passed_through: set[str] = set()
+    codes: dict[str, str] = {}
+    accounted: set[str] = set()
     for phase in phases:
-        passed_through |= _stack_locations(phase)
+        codes.update(phase.frame_codes)
+        accounted |= _accounted(phase, codes)
         unresumed = [
             f"Dynamo resumed after a break at {where} in {function}, and no break of the report passes there"
             for where, function in phase.resumed_at
-            if where not in passed_through
+            if where not in accounted and f"{function} in {where.rpartition(':')[0]}" not in accounted
         ]
         fewer = phase.dynamo_counted_breaks - len(phase.graph_breaks)
         where = list(unresumed)

@@ -1,0 +1,58 @@
+"""Tables (module-level dicts, enums) in source: which ones a function writes by key, and which ones it iterates.
+
+A registration call adds a key to a table (``PEFT_TYPE_TO_CONFIG_MAPPING[peft_type] = config``). Code that looks up
+another key reads what it read before; only code that goes over the whole table (a loop, ``.items()``, ``list(...)``,
+``len(...)``) can see the new key. So the selection follows a new key to the table's iterating readers only.
+"""
+
+from __future__ import annotations
+
+import ast
+
+# Calls that go over their argument's keys or members.
+_ITERATING_CALLS = frozenset(
+    {"list", "tuple", "set", "frozenset", "dict", "sorted", "len", "enumerate", "zip", "any", "all", "sum", "max",
+     "min", "reversed", "iter", "map", "filter"}
+)  # fmt: skip
+_ITERATING_METHODS = frozenset({"items", "keys", "values", "copy", "__iter__"})
+_WRITING_METHODS = frozenset({"update", "setdefault", "__setitem__"})
+
+
+def _name(node: ast.AST | None) -> str:
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def written_tables(function: ast.AST) -> set[str]:
+    """The bare names a function adds keys to: ``NAME[key] = ...``, ``NAME.update(...)``, ``NAME.setdefault(...)``."""
+    found = set()
+    for node in ast.walk(function):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        targets = [node.target] if isinstance(node, ast.AugAssign) else targets
+        found.update(_name(t.value) for t in targets if isinstance(t, ast.Subscript))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _WRITING_METHODS:
+            found.add(_name(node.func.value))
+    return found - {""}
+
+
+def _iterated(node: ast.AST) -> str:
+    """The bare name an iterable expression goes over: ``NAME``, ``NAME.items()``, ``NAME.values()``..."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _ITERATING_METHODS:
+        return _name(node.func.value)
+    return _name(node)
+
+
+def iterated_names(function: ast.AST) -> set[str]:
+    """The bare names a function iterates: in a loop or comprehension, unpacked (``*NAME``), or passed to a call that
+    goes over it (``list(NAME)``, ``sorted(NAME.keys())``, ``len(NAME)``)."""
+    found = set()
+    for node in ast.walk(function):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            found.add(_iterated(node.iter))
+        elif isinstance(node, ast.Starred):
+            found.add(_iterated(node.value))
+        elif isinstance(node, ast.Call):
+            if _name(node.func) in _ITERATING_CALLS:
+                found.update(_iterated(arg) for arg in node.args)
+            elif isinstance(node.func, ast.Attribute) and node.func.attr in _ITERATING_METHODS:
+                found.add(_name(node.func.value))
+    return found - {""}

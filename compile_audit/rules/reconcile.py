@@ -43,12 +43,15 @@ def _own_function(code: str) -> tuple[str, str]:
 
 def _accounted(phase: PhaseRecord, codes: dict[str, str]) -> set[str]:
     """What a resume function may be explained by: every ``file:line`` a break of the phase passed through (its own
-    location included), and every function (``function in file``) whose compile a break ended. A break Dynamo places
-    at the output of a graph (a ``requires_grad_()`` tensor leaked by a hook) carries only the hook's frame."""
+    location included), every function (``function in file``) a break passed through, and every function whose compile
+    a break ended. A break Dynamo places at the output of a graph (a ``requires_grad_()`` tensor leaked by a hook)
+    carries only the hook's frame; Dynamo's own traceback may stop above the line it resumed at."""
     found = set()
     for brk in phase.graph_breaks:
         found.add(brk.location)
-        found.update(entry.split(" in ", 1)[0] for entry in brk.stack)
+        for entry in brk.stack:
+            where, _, function = entry.partition(" in ")
+            found.update({where, f"{function} in {where.rpartition(':')[0]}"})
         if brk.stopped_at:
             found.add(brk.stopped_at)
         if brk.compile_id in codes:

@@ -596,12 +596,16 @@ def _selection_by_change(opts: Options, base_source: Path, head_source: Path) ->
     ]
     if selection.everything:
         return Chosen(["--full-matrix"], None, [*lines, "so the full matrix runs"])
+    new = ["--new-cases"] if selection.new_cases else []
+    also_new = ", and the new cases (those of a method base lacks: --new-cases)" if new else ""
     if not selection.cases:
+        if new:
+            return Chosen(new, None, [*lines, "so only the new cases run (those of a method base lacks: --new-cases)"])
         return Chosen([], 0, [*lines, "so no recorded case ran the changed code: no compile case to run"])
     cases = opts.out / "selected-cases.txt"
     cases.write_text("".join(f"{case}\n" for case in selection.cases), encoding="utf-8")
-    summary = f"so {len(selection.cases)} case(s) run ({shown(cases)})"
-    return Chosen([f"--cases={cases}"], len(selection.cases), [*lines, summary])
+    summary = f"so {len(selection.cases)} case(s) run ({shown(cases)}){also_new}"
+    return Chosen([f"--cases={cases}", *new], None if new else len(selection.cases), [*lines, summary])
 
 
 def _source_version(package: Path) -> str | None:
@@ -650,6 +654,19 @@ def failed_cases(side: Side) -> list[str]:
     return sorted(case.id for case in read_report(side).cases if case.status in ("failed", "error"))
 
 
+def new_cases(side: Side) -> list[str]:
+    """The cases of a method the registry does not know (the zoo's ``derived`` field): base may lack the method."""
+    return sorted(case["id"] for case in read_report(side).data["cases"] if case.get("derived"))
+
+
+def write_empty_report(head: Side, base: Side) -> None:
+    """Base's report where base runs nothing: head's, with no case (its versions and schema), so that the diff lists
+    head's new cases as cases only head has."""
+    report = read_report(head)
+    base.report.parent.mkdir(parents=True, exist_ok=True)
+    base.report.write_text(json.dumps({**report.data, "cases": []}, indent=1) + "\n", encoding="utf-8")
+
+
 def write_compared_head(head: Side, base_cases: Sequence[str]) -> Path:
     """Head's report cut to the cases base ran, as it was written: the diff compares like with like."""
     report = read_report(head)
@@ -689,10 +706,23 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     if head_status == 1 and opts.rerun_failed:
         rerun_failed(shell, head, snapshot, opts, chosen.args)
     write_matrix(shell, head, snapshot)
+    added = new_cases(head)
+    if added:
+        say(
+            f"head: {len(added)} new case(s), of a method base lacks, judged on head alone: {', '.join(added[:6])}"
+            + (", ..." if len(added) > 6 else "")
+        )
     installed = _installed(shell, head, snapshot, ["torch", "transformers"])
     on_recorded = all(installed.get(name) == recorded.get(name) for name in ("torch", "transformers"))
     if on_recorded:
-        failing = failed_cases(head)
+        failing = [case for case in failed_cases(head) if case not in added]
+        failed_new = [case for case in failed_cases(head) if case in added]
+        if failed_new and not failing:
+            say(f"base: not run: only new cases failed ({len(failed_new)}), and base has none of them")
+            write_empty_report(head, base)
+            status = run_diff(shell, base, head, snapshot, opts, write_compared_head(head, failed_new))
+            say(f"head regressed (diff: {shown(opts.out / 'diff.md')})")
+            return status
         if not failing:
             return _no_run(
                 opts,

@@ -98,10 +98,11 @@ class Case:
         """Keyword arguments of compile_audit.probe.parity's comparisons for this case."""
         return TOLERANCES[(self.tier, self.backend)]
 
-    def report_fields(self) -> dict[str, str]:
+    def report_fields(self) -> dict[str, str | bool]:
         """The case's identity in the compile report."""
         fields = ("model", "method", "scenario", "device", "backend")
-        return {**{name: getattr(self, name) for name in fields}, "tier": self.tier}
+        # A derived method's case: base may lack the method (scripts/gate runs it on head only).
+        return {**{name: getattr(self, name) for name in fields}, "tier": self.tier, "derived": self.judged_by_causes}
 
     @property
     def id(self) -> str:

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from compile_audit.normalize import normalize, without_lines
 from compile_audit.probe.recompiles import Recompile
 from compile_audit.rules.budgets import KNOWN_FAILURE_KINDS, Budget, Observed, compare, known_value_shown
-from compile_audit.rules.causes import Allowance
+from compile_audit.rules.causes import Allowance, Cause
 from compile_audit.rules.reconcile import missed_breaks
 from compile_audit.rules.result import AuditResult
 from compile_audit.rules.roots import Root, is_graph_break_id
@@ -380,15 +380,26 @@ def _leading(case_id: str, result: AuditResult, budget: Budget, seen: Counted, v
     return lines
 
 
-def by_causes(result: AuditResult, budget: Budget) -> Budget:
+def by_causes(
+    result: AuditResult, budget: Budget, case_id: str = "", checks: Sequence[str | tuple[str, str]] = ()
+) -> Budget:
     """A case judged by the causes (``Budget.judged_by``): its entry is what the run met that a cause explains, so
-    only a root or unexpected recompile no cause explains fails it (a new method's own break, at its line)."""
+    only a root or unexpected recompile no cause explains fails it (a new method's own break, at its line); a failed
+    check or a recompile-limit hit is held where a cause's ``known_failures`` name it for this case."""
     if not budget.judged_by or budget.recorded:
         return budget
+    causes = budget.judged_by
     seen = counted(result, budget)  # less what the causes' allowances already hold in the case
-    roots = [r.identity for r in seen.roots if any(c.explains(r.identity) for c in budget.judged_by)]
-    recompiles = [r.signature for r in seen.unexpected if any(c.explains(r.signature) for c in budget.judged_by)]
-    names = sorted({c.name for c in budget.judged_by for s in (*roots, *recompiles) if c.explains(s)})
+    roots = [r.identity for r in seen.roots if any(c.explains(r.identity) for c in causes)]
+    recompiles = [r.signature for r in seen.unexpected if any(c.explains(r.signature) for c in causes)]
+    names = {c.name for c in causes for s in (*roots, *recompiles) if c.explains(s)}
+    check_names = {DEFAULT_CHECK if isinstance(check, str) else check[0] for check in checks}
+    if result.steady_state_compiles:
+        check_names.add(STEADY_STATE_CHECK)
+    held_checks = [n for n in sorted(check_names) if _known_to(causes, f"{case_id}: check {n}", names)]
+    frames = sorted({limit_frame(hit.frame) for phase in result.phases for hit in phase.limit_hits})
+    held_frames = [f for f in frames if _known_to(causes, f"{case_id}: recompile limit at {f}", names)]
+    reasons = ", ".join(sorted(names)) or "(none met)"
     return dataclasses.replace(
         budget,
         graph_breaks=len(roots),
@@ -396,9 +407,18 @@ def by_causes(result: AuditResult, budget: Budget) -> Budget:
         break_signatures=tuple(sorted(set(roots))),
         recompile_signatures=tuple(sorted(set(recompiles))),
         note="a method the registry does not know yet, with no entry: it may have what these causes explain: "
-        + (", ".join(names) or "(none met)"),
+        + reasons,
+        known_check=tuple(held_checks),
+        known_recompile_limit=tuple(held_frames),
+        known_failure=f"named by the causes {reasons}" if held_checks or held_frames else "",
         recorded=True,
     )
+
+
+def _known_to(causes: Sequence[Cause], identity: str, names: set[str]) -> bool:
+    found = [c.name for c in causes if c.explains_known_failure(identity)]
+    names.update(found)
+    return bool(found)
 
 
 def judge(
@@ -417,7 +437,7 @@ def judge(
     ``file:line`` (or why the default applies); ``on_recorded_versions``: the installed versions equal those the
     budget was recorded with (else the ratchet and new signatures warn); ``versions_note``: which of them differ,
     for the headline."""
-    budget = by_causes(result, budget)
+    budget = by_causes(result, budget, case_id, checks)
     seen = counted(result, budget)  # attributing is the costly part: once per verdict
     counts = compare(_observed(result, seen), budget)
     limit = _recompile_limit(result, (*seen.roots, *seen.held_roots))

@@ -1,5 +1,6 @@
 """Which cases this run parametrizes: the zoo's selection options (``--full-matrix``, ``--cpu-backend``,
-``--with-cases``, ``--cases``, ``--fake-tensor-cache``) and the parametrization of every test marked with a scenario."""
+``--with-cases``, ``--cases``, ``--new-cases``, ``--fake-tensor-cache``) and the parametrization of every test marked
+with a scenario."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from tests.cases import CPU_BACKENDS, Case, all_case_ids, cases_for
 
 WITH_CASES = pytest.StashKey[frozenset]()
 ONLY_CASES = pytest.StashKey[frozenset]()
+NEW_CASES = pytest.StashKey[bool]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -28,6 +30,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="only these cases, from the full matrix (one id per line), and no other test (scripts/gate)",
     )
     group.addoption(
+        "--new-cases",
+        action="store_true",
+        help="every CPU case of a method the registry does not know yet (derived from the installed PEFT: a pull"
+        " request's new method), from the full matrix, and no other test but those of --cases (scripts/gate)",
+    )
+    group.addoption(
         "--fake-tensor-cache",
         action="store_true",
         help="keep Dynamo's fake-tensor cache on for CPU-tier cases too (their compile seconds then read as a user's)",
@@ -40,6 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--cpu-backend: {backend!r} is not one of {', '.join(CPU_BACKENDS)}")
     config.stash[WITH_CASES] = _case_ids("--with-cases", config.getoption("--with-cases"))
     config.stash[ONLY_CASES] = _case_ids("--cases", config.getoption("--cases"))
+    config.stash[NEW_CASES] = config.getoption("--new-cases")
 
 
 def _case_ids(option: str, path: str | None) -> frozenset[str]:
@@ -65,21 +74,26 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if marker is None or "case" not in metafunc.fixturenames:
         return
     config = metafunc.config
-    only = config.stash[ONLY_CASES]
+    only, new = config.stash[ONLY_CASES], config.stash[NEW_CASES]
+    backend = config.getoption("--cpu-backend")
     cases = cases_for(
         marker.args[0],
         full_matrix=config.getoption("--full-matrix") or bool(only),
-        cpu_backend=config.getoption("--cpu-backend"),
+        cpu_backend=backend,
         with_cases=config.stash[WITH_CASES],
     )
-    cases = [case for case in cases if case.id in only] if only else cases
+    cases = [case for case in cases if case.id in only] if only or new else cases
+    if new:
+        chosen = {case.id for case in cases}
+        full = cases_for(marker.args[0], full_matrix=True, cpu_backend=backend)
+        cases += [c for c in full if c.judged_by_causes and c.tier == "cpu" and c.id not in chosen]
     params = [pytest.param(c, id=c.id, marks=_marks(c)) for c in cases]
     metafunc.parametrize("case", params)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """--cases FILE runs those cases and nothing else."""
-    if not config.stash[ONLY_CASES]:
+    """--cases FILE (and --new-cases) runs those cases and nothing else."""
+    if not (config.stash[ONLY_CASES] or config.stash[NEW_CASES]):
         return
     others = [
         item

@@ -714,9 +714,9 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
         )
     installed = _installed(shell, head, snapshot, ["torch", "transformers"])
     on_recorded = all(installed.get(name) == recorded.get(name) for name in ("torch", "transformers"))
+    failed_new = [case for case in failed_cases(head) if case in added]
     if on_recorded:
         failing = [case for case in failed_cases(head) if case not in added]
-        failed_new = [case for case in failed_cases(head) if case in added]
         if failed_new and not failing:
             say(f"base: not run: only new cases failed ({len(failed_new)}), and base has none of them")
             write_empty_report(head, base)
@@ -743,7 +743,8 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     install(shell, base, opts, snapshot, _same_torch(opts.torch, torch_version), pins)
     run_suite(shell, base, snapshot, opts, base_args)
     say(f"base: {check_report(base, shard=True)} case(s) audited")
-    compared = write_compared_head(head, failing) if failing is not None else head.report
+    # Head's new cases that failed are compared too: base lacks them, so the diff lists them as only head's.
+    compared = write_compared_head(head, [*failing, *failed_new]) if failing is not None else head.report
     status = run_diff(shell, base, head, snapshot, opts, compared)
     verdict = "head regressed" if status == EXIT_REGRESSION else "no regression"
     say(f"{verdict} (diff: {shown(opts.out / 'diff.md')})")

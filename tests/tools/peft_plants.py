@@ -116,7 +116,16 @@ def download_source(version: str, dest: Path) -> Path:
     return dest
 
 
+# A pull request that adds a method: HRA copied as HRACOPY (tests/tools/new_method.py), with or without a break.
+NEW_METHODS = {"new-method": False, "new-method-break": True}
+
+
 def apply(source: Path, plant: str, peft_repo: Path | None = None) -> None:
+    if plant in NEW_METHODS:
+        from tests.tools.new_method import add_method
+
+        add_method(source / "src" / "peft", "hra", "hracopy", graph_break=NEW_METHODS[plant])
+        return
     if plant in UPSTREAM_COMMITS:
         if peft_repo is None:
             raise PlantError(f"{plant}: needs --peft-repo (a clone of huggingface/peft)")
@@ -129,7 +138,7 @@ def apply(source: Path, plant: str, peft_repo: Path | None = None) -> None:
             raise PlantError(f"{plant}: the reverse of {commit[:9]} does not apply: {done.stdout.decode()[-300:]}")
         return
     if plant not in PLANTS:
-        raise PlantError(f"unknown plant {plant!r}; known: {', '.join([*PLANTS, *UPSTREAM_COMMITS])}")
+        raise PlantError(f"unknown plant {plant!r}; known: {', '.join([*PLANTS, *NEW_METHODS, *UPSTREAM_COMMITS])}")
     for edit in PLANTS[plant]:
         path = source / "src" / edit.path
         text = path.read_text(encoding="utf-8")
@@ -143,7 +152,8 @@ def apply(source: Path, plant: str, peft_repo: Path | None = None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.tools.peft_plants", description=__doc__.split("\n")[0])
     parser.add_argument("dest", type=Path)
-    parser.add_argument("--plant", action="append", default=[], help=f"one of {', '.join(PLANTS)}, undo-3183")
+    known = ", ".join([*PLANTS, *NEW_METHODS])
+    parser.add_argument("--plant", action="append", default=[], help=f"one of {known}, undo-3183")
     parser.add_argument("--version", default=None, help="the PEFT release (default: the installed one)")
     parser.add_argument("--peft-repo", type=Path, help="a clone of huggingface/peft (undo-3183)")
     args = parser.parse_args(argv)

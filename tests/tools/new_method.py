@@ -2,7 +2,7 @@
 new name, registered as a contributor would (its package, ``register_peft_method``, a ``PeftType`` member, a
 target-module mapping, the exports), optionally with a graph break as the first statement of its layer's forward.
 
-    python -m tests.e2e.new_method SRC/peft --copy hra --name hracopy [--graph-break]
+    python -m tests.tools.new_method SRC/peft --copy hra --name hracopy [--graph-break]
 """
 
 from __future__ import annotations

@@ -414,6 +414,13 @@ def _lonely_lines(title: str, cases: list[tuple[CaseRecord, bool]], why: str) ->
             counts += f" ({case.recompiles.unexpected} unexpected)"
         flag = f" — **regression**: {why}" if regressed else ""
         lines.append(f"- **{case.id}**: {case.status}{counts}{flag}")
+        if regressed:  # with no base to compare, what to fix: each root at its line, or the error
+            lines += [
+                f"  - root {code(root.location)} in {code(root.function)}: {root.reason}"
+                for root in case.graph_breaks.roots
+            ]
+            if case.error:
+                lines.append(f"  - raised {code(case.raised or 'an error')}: {case.error}")
     return lines
 
 

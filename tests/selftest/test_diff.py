@@ -225,6 +225,8 @@ def test_cases_only_in_one_report(tmp_path, capsys):
     code, out, _ = _run(tmp_path, fake.base_cases(), [*fake.base_cases(), failing], capsys=capsys)
     assert code == 1
     assert "new case outside its budget" in out
+    # No base to compare: the regression names what to fix, each root at its line.
+    assert "  - root `peft/tuners/vera/layer.py:10` in `forward`: Unsupported" in out
 
 
 def test_chart_is_a_mermaid_xychart_of_changed_cases(tmp_path, capsys):

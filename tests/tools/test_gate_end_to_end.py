@@ -114,3 +114,44 @@ def test_the_same_peft_on_both_sides_exits_0(peft_version, tmp_path):
     assert done.stderr == "", _shown(done)
     assert "Nothing regressed" in (tmp_path / "out" / "diff.md").read_text(encoding="utf-8")
     assert "no executed PEFT code differs" in done.stdout, _shown(done)  # decided before any virtualenv
+
+
+# ----------------------------------------------------------------------------- a pull request that adds a method
+
+
+@pytest.fixture(scope="module")
+def new_method_peft(tmp_path_factory, peft_version) -> dict[bool, Path]:
+    """The installed release's source with HRA copied as a new method, HRACOPY, without and with a break first in its
+    layer's forward (tests/tools/new_method.py)."""
+    from tests.tools.peft_plants import apply, download_source
+
+    sources = {}
+    for planted in (False, True):
+        source = download_source(peft_version, tmp_path_factory.mktemp("new-method") / "peft")
+        apply(source, "new-method-break" if planted else "new-method")
+        sources[planted] = source
+    return sources
+
+
+def run_whole_gate(base: str, head: str, out: Path) -> subprocess.CompletedProcess:
+    """The gate as CI runs it: the selection by change, no pytest arguments."""
+    cmd = [sys.executable, SCRIPT, "--base", base, "--head", head, "--out", out]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=GATE_TIMEOUT_S, check=False)
+    print(done.stdout, done.stderr, sep="")
+    return done
+
+
+def test_a_new_method_with_a_break_exits_1_naming_its_case_and_line(new_method_peft, peft_version, tmp_path):
+    done = run_whole_gate(f"peft=={peft_version}", str(new_method_peft[True]), tmp_path / "out")
+    assert done.returncode == 1, _shown(done)
+    assert "new case(s), of a method base lacks" in done.stdout, _shown(done)
+    diff = (tmp_path / "out" / "diff.md").read_text(encoding="utf-8")
+    assert "llama-tiny/hracopy/train-eval-train" in diff, diff
+    assert "peft/tuners/hracopy/layer.py" in diff, diff
+
+
+def test_a_new_method_that_compiles_cleanly_exits_0_and_its_cases_are_new(new_method_peft, peft_version, tmp_path):
+    done = run_whole_gate(f"peft=={peft_version}", str(new_method_peft[False]), tmp_path / "out")
+    assert done.returncode == 0, _shown(done)
+    assert "runs at import in a new subpackage" in done.stdout, _shown(done)
+    assert "new case(s), of a method base lacks, judged on head alone: " in done.stdout, _shown(done)

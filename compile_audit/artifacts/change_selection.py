@@ -60,6 +60,7 @@ class Selection:
     changed_files: tuple[str, ...] = ()  # files whose executed code differs
     # Code in files base does not have: the cases no footprint can hold (a new method's) run too; the zoo names them.
     new_cases: bool = False
+    new_methods: int = 0  # registration calls in subpackages base lacks: the methods a change adds
 
     @property
     def nothing_executes_differently(self) -> bool:
@@ -360,6 +361,8 @@ class _Rules:
     def statement(self, change: StatementChange) -> Pick:
         statement, path = change.statement, change.path
         where = f"{path}: {change.kind} `{statement.text}`"
+        if not statement.binds and statement.writes and not statement.scope:
+            return self.table_write(change, where)
         if not statement.binds:
             return self.import_time_effect(path, where, statement)
         if statement.kind == "class":
@@ -394,6 +397,20 @@ class _Rules:
             if scope:  # a class attribute computed from it
                 cases |= self.cases_reading(self.readers.of_attribute(name), {name}) & self.class_cases(p, scope)
         return Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(n for _, _, n in names)}")
+
+    def table_write(self, change: StatementChange, where: str) -> Pick:
+        """A statement that sets keys of a table at import (``MAPPING["vit"] = ...``). Added, it can change only what
+        code going over the table sees (or over a name computed from it): a lookup of another key reads what it read
+        before. Removed (or edited: one of each), every reader of the table may read another value."""
+        tables_ = {name for _, _, name in self.computed_from(change.path, set(change.statement.writes))}
+        if change.kind == "added":
+            cases = self.cases_reading(self.readers.iterating(tables_), tables_)
+            return Pick(
+                cases, f"{where}: sets a key of {_names(tables_)}: the {_count(cases)} that ran code iterating it"
+            )
+        readers = set().union(*(self.readers.of_name(n, change.path) | self.readers.of_attribute(n) for n in tables_))
+        cases = self.cases_reading(readers, tables_)
+        return Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(tables_)}")
 
     def import_time_effect(self, path: str, where: str, statement: code_changes.Statement | None = None) -> Pick:
         """A statement that binds nothing acts at import (a registration call): on its own subpackage's cases; in
@@ -447,13 +464,15 @@ def select(
     cases = set().union(*(pick.cases for pick in picks if pick.cases is not EVERYTHING))
     changed = sorted({m.path for m in changes if m.executes_differently} | {u.split(":", 1)[0] for u in unparsable})
     ordered = sorted(picks, key=lambda pick: pick.cases is not EVERYTHING)  # what widened to everything first
-    new_cases = any(p.new_cases for p in picks) or any(readers.is_added(m.path) for m in changes)
+    new_methods = sum(p.new_cases for p in picks)
+    new_cases = bool(new_methods) or any(readers.is_added(m.path) for m in changes)
     return Selection(
         everything,
         () if everything else tuple(sorted(cases)),
         tuple(p.reason for p in ordered),
         tuple(changed),
         new_cases=new_cases and not everything,
+        new_methods=0 if everything else new_methods,
     )
 
 

@@ -27,6 +27,8 @@ import hashlib
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 
+from compile_audit.artifacts import tables
+
 # A branch on these runs only under torch.compile: footprints recorded eagerly never see its block run, so a change
 # inside it counts for every case that reached the branch.
 COMPILE_ONLY_TESTS = frozenset({"is_compiling", "is_dynamo_compiling", "is_exporting"})
@@ -114,6 +116,8 @@ class Statement:
     kind: str  # "import", "class" (a class's header: bases, decorators) or "other"
     text: str  # its first source line, for the summary
     reads: frozenset[str]  # the bare names it reads, at import time
+    # The tables it adds keys to (``MAPPING["vit"] = ...``, ``MAPPING.update(...)``: compile_audit.artifacts.tables)
+    writes: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,6 +344,7 @@ class _ModuleBuilder:
                 kind="import" if isinstance(node, ast.Import | ast.ImportFrom) else "class" if text_node else "other",
                 text=text,
                 reads=frozenset(names),
+                writes=frozenset(tables.written_tables(node)),
             )
         )
 

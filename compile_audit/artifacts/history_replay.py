@@ -19,6 +19,7 @@ from pathlib import Path
 
 from compile_audit.artifacts.change_selection import ModuleCache, Selection, Source, compare_sources, select
 from compile_audit.artifacts.footprints_file import Footprints, FootprintsError, load
+from compile_audit.case_ids import CaseId
 from compile_audit.files import write_text_atomic
 
 
@@ -81,15 +82,31 @@ class Replayed:
     subject: str
     cases: int
     full_matrix: bool
+    new_methods: int
     cpu_seconds: float
     executes_differently: bool  # some executed code changed
     reasons: tuple[str, ...]
 
 
 def cost(selection: Selection, footprints: Footprints, durations: Mapping[str, float]) -> tuple[int, float]:
+    """Cases and CPU-seconds of one side: the selected cases' durations, and for each method the change adds, the
+    cases and durations of a method of the matrix on average (its derived cases run as new cases)."""
     median = statistics.median(durations.values()) if durations else 0.0
     cases = footprints.cases if selection.everything else selection.cases
-    return len(cases), round(sum(durations.get(case, median) for case in cases), 1)
+    per_method = method_costs(footprints, durations)
+    count = len(cases) + selection.new_methods * round(per_method[0])
+    return count, round(sum(durations.get(case, median) for case in cases) + selection.new_methods * per_method[1], 1)
+
+
+def method_costs(footprints: Footprints, durations: Mapping[str, float]) -> tuple[float, float]:
+    """The mean number of cases and CPU-seconds of one method over the matrix the footprints hold."""
+    median = statistics.median(durations.values()) if durations else 0.0
+    by_method: dict[str, list[float]] = {}
+    for case in footprints.cases:
+        by_method.setdefault(CaseId.parse(case).method, []).append(durations.get(case, median))
+    if not by_method:
+        return 0.0, 0.0
+    return statistics.fmean(len(v) for v in by_method.values()), statistics.fmean(sum(v) for v in by_method.values())
 
 
 def replay(
@@ -108,7 +125,14 @@ def replay(
         count, seconds = cost(selection, footprints, durations)
         results.append(
             Replayed(
-                commit, subject, count, selection.everything, seconds, bool(selection.changed_files), selection.reasons
+                commit,
+                subject,
+                count,
+                selection.everything,
+                selection.new_methods,
+                seconds,
+                bool(selection.changed_files),
+                selection.reasons,
             )
         )
     return results
@@ -123,12 +147,16 @@ def summary(results: Sequence[Replayed], full_matrix_seconds: float) -> list[str
     seconds = [r.cpu_seconds for r in results]
     total = len(results) or 1
     full = sum(r.full_matrix for r in results)
+    half = sum(r.cpu_seconds >= full_matrix_seconds / 2 for r in results)
     still = [r for r in results if not r.executes_differently]
+    adding = [r for r in results if r.new_methods]
     return [
         f"{len(results)} commits; CPU-seconds per side: median {statistics.median(seconds or [0]):.0f}, p90"
         f" {_percentile(seconds, 0.9):.0f}, mean {statistics.fmean(seconds or [0]):.0f} (the full matrix:"
         f" {full_matrix_seconds:.0f})",
-        f"full matrix: {full} of {len(results)} commits ({full / total:.0%})",
+        f"full matrix: {full} of {len(results)} commits ({full / total:.0%}); half of its CPU-seconds or more:"
+        f" {half} ({half / total:.0%})",
+        f"adding a method: {len(adding)} commits, whose new cases run (priced as a method of the matrix on average)",
         f"no case at all: {sum(r.cases == 0 for r in results)} commits; of them, {len(still)} change no executed code"
         f" ({sum(r.cases > 0 for r in still)} of those select a case)",
         f"cases per commit: median {statistics.median([r.cases for r in results] or [0]):.0f}, p90"

@@ -19,6 +19,9 @@ _WRITING_METHODS = frozenset({"update", "setdefault", "__setitem__"})
 
 
 def _name(node: ast.AST | None) -> str:
+    """A bare name, or an attribute's own name (``constants.MAPPING``: ``MAPPING``)."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
     return node.id if isinstance(node, ast.Name) else ""
 
 

@@ -469,3 +469,77 @@ def test_a_changed_function_is_judged_by_the_side_whose_statements_the_file_list
     chosen = select_between(footprints, *_packages(tmp_path, {"branchy.py": base}, {"branchy.py": BRANCHY}))
     assert chosen.cases == ("m/b/x",), chosen.reasons
     assert "head lines 6" in chosen.reasons[0], chosen.reasons
+
+
+REGISTRY = """TABLE = {}
+
+
+def register(name, cls):
+    TABLE[name] = cls
+
+
+def lookup(name):
+    return TABLE[name]
+
+
+def names():
+    return sorted(TABLE)
+"""
+METHOD_MODEL = "class Model:\n    def forward(self):\n        return 1\n"
+
+
+def _tree(tmp_path, side: str, files: dict[str, str]):
+    root = tmp_path / side / "toy"
+    for name, text in {"__init__.py": "", **files}.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def _method_package(name: str) -> dict[str, str]:
+    return {
+        f"{name}/__init__.py": (
+            f"from ..registry import register\nfrom .model import Model\n\nregister({name!r}, Model)\n"
+        ),
+        f"{name}/model.py": METHOD_MODEL,
+    }
+
+
+def test_an_added_method_selects_its_new_cases_and_the_code_iterating_its_tables_not_the_others(tmp_path):
+    """A new subpackage's registration adds a key to the registry's table: the method's own cases are new (the zoo
+    names them), code that iterates the table sees the key, and code that looks up another method's key does not."""
+    files = {"registry.py": REGISTRY, **_method_package("lora")}
+    footprints = Footprints(
+        ("m/lora/x", "m/list/x"),
+        {
+            "toy/registry.py::lookup": frozenset({"m/lora/x"}),
+            "toy/lora/model.py::Model.forward": frozenset({"m/lora/x"}),
+            "toy/registry.py::names": frozenset({"m/list/x"}),
+        },
+    )
+    base, head = _tree(tmp_path, "base", files), _tree(tmp_path, "head", {**files, **_method_package("newm")})
+    chosen = select_between(footprints, base, head)
+    assert not chosen.everything and chosen.cases == ("m/list/x",), chosen.reasons
+    assert chosen.new_cases and chosen.new_methods == 1
+    assert any("new subpackage and adds keys to TABLE" in reason for reason in chosen.reasons), chosen.reasons
+
+
+def test_an_added_mapping_entry_selects_the_code_iterating_that_mapping(tmp_path):
+    constants = "MAPPING = {'llama': ['q']}\n"
+    readers = (
+        "from .constants import MAPPING\n\n\ndef targets(model_type):\n    return MAPPING.get(model_type)\n\n\n"
+        "def known():\n    return [k for k in MAPPING]\n"
+    )
+    files = {"constants.py": constants, "readers.py": readers}
+    footprints = Footprints(
+        ("m/a/x", "m/b/x"),
+        {"toy/readers.py::targets": frozenset({"m/a/x"}), "toy/readers.py::known": frozenset({"m/b/x"})},
+    )
+    added = {**files, "constants.py": constants + "MAPPING['vit'] = ['query']\n"}
+    chosen = select_between(footprints, _tree(tmp_path, "base", files), _tree(tmp_path, "head", added))
+    assert chosen.cases == ("m/b/x",), chosen.reasons
+    # Edited, the key's lookups may read another value: every reader.
+    edited = {**files, "constants.py": constants + "MAPPING['llama'] = ['k']\n"}
+    base_edited = {**files, "constants.py": constants + "MAPPING['llama'] = ['v']\n"}
+    chosen = select_between(footprints, _tree(tmp_path, "b2", base_edited), _tree(tmp_path, "h2", edited))
+    assert chosen.cases == ("m/a/x", "m/b/x"), chosen.reasons

@@ -80,6 +80,7 @@ class Readers:
         # Folders base has files in (None: unknown, every folder counts as old).
         self.base_folders = None if base_folders is None else frozenset(base_folders)
         self.by_iteration: dict[str, set[str]] = {}  # name -> the functions that iterate it (artifacts.tables)
+        self.by_comparison: dict[str, set[str]] = {}  # name -> the functions that compare it (artifacts.tables)
         self.module_functions: dict[str, list[code_changes.FunctionDef]] = {}  # module-level functions by name
         self.modules: dict[str, Module] = {}
         self.versions: dict[str, list[Module]] = {}  # each parsed version of a file: base's, then head's
@@ -96,6 +97,8 @@ class Readers:
                 key = f"{module.path}::{qualname}"
                 for name in tables.iterated_names(function.node):
                     self.by_iteration.setdefault(name, set()).add(key)
+                for name in tables.compared_names(function.node):
+                    self.by_comparison.setdefault(name, set()).add(key)
                 if "." not in qualname:
                     self.module_functions.setdefault(qualname, []).append(function)
                 for name in module.attributes_read.get(qualname, ()):
@@ -392,6 +395,12 @@ class _Rules:
         names = self.computed_from(path, set(statement.binds))
         module_level = {(p, name) for p, scope, name in names if not scope}
         readers = set().union(*(self.readers.of_name(name, p) for p, name in module_level))
+        if statement.version:
+            # A version string changes what code does only where code compares it (or parses it to compare): one
+            # stored or passed on (into a saved config) reads differently, and compiles the same.
+            comparing = set().union(*(self.readers.by_comparison.get(name, set()) for _, _, name in names))
+            cases = self.cases_reading(readers & comparing, {name for _, _, name in names})
+            return Pick(cases, f"{where}: a version: the {_count(cases)} that ran code comparing it")
         cases = self.cases_reading(readers, {name for _, name in module_level})
         for p, scope, name in names:
             if scope:  # a class attribute computed from it

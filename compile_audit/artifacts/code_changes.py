@@ -24,6 +24,7 @@ import copy
 import dataclasses
 import difflib
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 
@@ -118,6 +119,7 @@ class Statement:
     reads: frozenset[str]  # the bare names it reads, at import time
     # The tables it adds keys to (``MAPPING["vit"] = ...``, ``MAPPING.update(...)``: compile_audit.artifacts.tables)
     writes: frozenset[str] = frozenset()
+    version: bool = False  # it binds a version name to a version string (``__version__ = "0.18.0"``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +143,23 @@ class Module:
     @property
     def dotted(self) -> str:
         return dotted_module(self.path)
+
+
+_VERSION = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d*)?")
+
+
+def _binds_a_version(node: ast.stmt) -> bool:
+    """``__version__ = "0.18.0.dev0"``: names that say version bound to a version string, and nothing else."""
+    if not isinstance(node, ast.Assign) or not isinstance(node.value, ast.Constant):
+        return False
+    names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+    value = node.value.value
+    return (
+        len(names) == len(node.targets)
+        and all("version" in name.lower() for name in names)
+        and isinstance(value, str)
+        and _VERSION.fullmatch(value) is not None
+    )
 
 
 def dotted_module(path: str) -> str:
@@ -345,6 +364,7 @@ class _ModuleBuilder:
                 text=text,
                 reads=frozenset(names),
                 writes=frozenset(tables.written_tables(node)),
+                version=_binds_a_version(node),
             )
         )
 

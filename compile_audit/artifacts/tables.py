@@ -59,3 +59,29 @@ def iterated_names(function: ast.AST) -> set[str]:
             elif isinstance(node.func, ast.Attribute) and node.func.attr in _ITERATING_METHODS:
                 found.add(_name(node.func.value))
     return found - {""}
+
+
+def _is_version_call(node: ast.AST) -> bool:
+    """``version.parse(...)``, ``Version(...)``, ``parse_version(...)``: a call that makes a version comparable."""
+    if not isinstance(node, ast.Call):
+        return False
+    name = _name(node.func).lower()
+    return "version" in name or name == "parse"
+
+
+def compared_names(function: ast.AST) -> set[str]:
+    """The names a function compares, tests or parses as a version: inside a comparison, as the test of an ``if``,
+    ``while``, conditional expression or ``assert``, or as an argument of a version-parsing call (whose result may be
+    compared later). A string that is only stored or passed on (written into a saved config) is not compared."""
+    found: set[str] = set()
+    for node in ast.walk(function):
+        scopes: list[ast.AST] = []
+        if isinstance(node, ast.Compare):
+            scopes.append(node)
+        elif isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            scopes.append(node.test)
+        elif _is_version_call(node):
+            scopes.extend([*node.args, *(k.value for k in node.keywords)])
+        for scope in scopes:
+            found.update(_name(inner) for inner in ast.walk(scope))
+    return found - {""}

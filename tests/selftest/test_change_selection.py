@@ -543,3 +543,25 @@ def test_an_added_mapping_entry_selects_the_code_iterating_that_mapping(tmp_path
     base_edited = {**files, "constants.py": constants + "MAPPING['llama'] = ['v']\n"}
     chosen = select_between(footprints, _tree(tmp_path, "b2", base_edited), _tree(tmp_path, "h2", edited))
     assert chosen.cases == ("m/a/x", "m/b/x"), chosen.reasons
+
+
+def test_a_version_string_selects_only_the_code_that_compares_it(tmp_path):
+    version = '__version__ = "0.18.0"\n'
+    readers = (
+        "from packaging import version\n\nfrom . import __version__\n\n\ndef record(config):\n"
+        "    config['peft_version'] = __version__\n\n\ndef legacy():\n"
+        "    return version.parse(__version__) < version.parse('0.10')\n"
+    )
+    footprints = Footprints(
+        ("m/a/x", "m/b/x"),
+        {"toy/readers.py::record": frozenset({"m/a/x"}), "toy/readers.py::legacy": frozenset({"m/b/x"})},
+    )
+    files = {"__init__.py": version, "readers.py": readers}
+    bumped = {**files, "__init__.py": '__version__ = "0.18.1"\n'}
+    chosen = select_between(footprints, _tree(tmp_path, "base", files), _tree(tmp_path, "head", bumped))
+    assert chosen.cases == ("m/b/x",), chosen.reasons
+    # Not a version: a string any reader may use as data (a prefix of parameter names) selects every reader.
+    files = {"__init__.py": 'prefix = "lora_"\n', "readers.py": readers.replace("__version__", "prefix")}
+    renamed = {**files, "__init__.py": 'prefix = "lora2_"\n'}
+    chosen = select_between(footprints, _tree(tmp_path, "b2", files), _tree(tmp_path, "h2", renamed))
+    assert chosen.cases == ("m/a/x", "m/b/x"), chosen.reasons

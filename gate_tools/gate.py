@@ -411,6 +411,33 @@ def run_suite(shell: Shell, side: Side, snapshot: Path, opts: Options, selection
     return status
 
 
+_TRACEBACK_FILE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+
+
+def import_error(shell: Shell, side: Side, snapshot: Path) -> str | None:
+    """Why the side's PEFT does not import, in one line with the file and line of PEFT's code it points at (a file
+    that does not parse, an import that fails); None when it imports."""
+    status, _, stderr = shell.capture([side.python, "-c", "import peft"], env=side.env(snapshot), cwd=snapshot)
+    if status == 0:
+        return None
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    error = lines[-1].strip() if lines else f"python -c 'import peft' exited {status}"
+    places = [m for m in _TRACEBACK_FILE.finditer(stderr) if "/peft/" in m["file"].replace("\\", "/")]
+    where = ""
+    if places:
+        path = places[-1]["file"].replace("\\", "/")
+        where = f" at {'peft/' + path.rsplit('/peft/', 1)[1]}:{places[-1]['line']}"
+    return f"{error}{where}"
+
+
+def head_does_not_import(opts: Options, why: str) -> int:
+    """The pull request's fault, as any other regression: exit 1, the error in the summary and in diff.md."""
+    text = f"# Compile gate\n\n**Head's PEFT does not import**: {why}. No compile case can run on it.\n"
+    (opts.out / "diff.md").write_text(text, encoding="utf-8")
+    say(f"head regressed: its PEFT does not import: {why} (diff: {shown(opts.out / 'diff.md')})")
+    return EXIT_REGRESSION
+
+
 def rerun_failed(shell: Shell, side: Side, snapshot: Path, opts: Options, selection: Sequence[str] = ()) -> None:
     """Head's failed cases once more with Dynamo's logs and a trace; their outcome changes no verdict."""
     log = side.out / f"{side.name}-failed-cases.log"
@@ -700,7 +727,13 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     pins = [] if opts.unpinned or "transformers" not in recorded else [f"transformers=={recorded['transformers']}"]
     torch_version, _ = install(shell, head, opts, snapshot, opts.torch, pins)
     jobs = _pytest_jobs(opts, chosen.cases)
-    head_status = run_suite(shell, head, snapshot, opts, [*chosen.args, *jobs])
+    try:
+        head_status = run_suite(shell, head, snapshot, opts, [*chosen.args, *jobs])
+    except GateError:
+        why = import_error(shell, head, snapshot)
+        if why is not None:
+            return head_does_not_import(opts, why)
+        raise
     audited = check_report(head, shard=opts.shard is not None)
     say(f"head: {audited} case(s) audited")
     if head_status == 1 and opts.rerun_failed:

@@ -56,6 +56,7 @@ class FakeShell:
         self.cuda, self.torch, self.transformers = cuda, torch, "5.24.0"
         self.selection = ONE_CASE
         self.footprints = Footprints((), {})
+        self.import_errors: dict[str, str] = {}  # side -> the traceback of `import peft` there
 
     @staticmethod
     def side(cmd: list[str]) -> str:
@@ -93,6 +94,9 @@ class FakeShell:
     def capture(self, cmd, *, env: dict[str, str], cwd: Path | None = None) -> tuple[int, str, str]:
         cmd = [str(c) for c in cmd]
         self.commands.append((cmd, env))
+        if cmd[1:3] == ["-c", "import peft"]:
+            error = self.import_errors.get(self.side(cmd), "")
+            return (1 if error else 0), "", error
         if cmd[1] == "-c" and "cuda" in cmd[2]:
             return 0, f"{self.cuda}\n", ""
         if cmd[1] == "-c":
@@ -403,6 +407,35 @@ def test_pytest_ending_other_than_pass_or_fail_exits_2(run_gate, pytest_status, 
     status, _, err = run_gate(shell)
     assert status == 2
     assert err[0].startswith(f"gate: base: pytest exited {pytest_status} ({reason}")
+
+
+INDENTATION = """Traceback (most recent call last):
+  File "<string>", line 1, in <module>
+  File "/w/head/venv/lib/python3.11/site-packages/peft/__init__.py", line 17, in <module>
+    from .tuners import LoraConfig
+  File "/w/head/venv/lib/python3.11/site-packages/peft/tuners/lora/layer.py", line 246
+    torch._dynamo.graph_break()
+IndentationError: unexpected indent
+"""
+
+
+def test_a_head_that_does_not_import_is_a_regression_naming_the_error_and_its_line(run_gate, tmp_path):
+    shell = FakeShell()
+    shell.pytest_status["head"] = 4  # pytest's usage error: the conftest could not import peft
+    shell.import_errors["head"] = INDENTATION
+    status, out, err = run_gate(shell)
+    assert status == 1 and err == [], (out, err)
+    expected = "IndentationError: unexpected indent at peft/tuners/lora/layer.py:246"
+    assert f"head regressed: its PEFT does not import: {expected}" in out
+    assert expected in (tmp_path / "out" / "diff.md").read_text(encoding="utf-8")
+    assert not shell.pytest_runs("base")
+
+
+def test_pytest_failing_to_start_on_a_head_that_imports_is_still_exit_2(run_gate):
+    shell = FakeShell()
+    shell.pytest_status["head"] = 4
+    status, _, err = run_gate(shell)
+    assert status == 2 and err[0].startswith("gate: head: pytest exited 4 (usage error")
 
 
 def test_the_gpu_tier_without_cuda_exits_2_naming_the_skip(run_gate):

@@ -32,6 +32,7 @@ import dataclasses
 import importlib.metadata
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -44,7 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from compile_audit.artifacts.change_selection import Selection, select_between
-from compile_audit.artifacts.footprints_file import FootprintsError
+from compile_audit.artifacts.footprints_file import Footprints, FootprintsError
 from compile_audit.artifacts.footprints_file import load as load_footprints
 from compile_audit.artifacts.records import CaseRecord
 from compile_audit.artifacts.report import ReportCases, read_cases
@@ -91,6 +92,8 @@ class Options:
     jobs: int  # pytest processes per side (pytest-xdist), each one thread
     unpinned: bool  # transformers as pip resolves it, not as the budgets were recorded
     pytest_args: tuple[str, ...]
+    audit_selection: int = 0  # cases outside the selection run too: a verdict that changes there is a miss
+    audit_seed: int = 0
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
@@ -111,6 +114,15 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="package index for torch only, e.g. https://download.pytorch.org/whl/cpu (env: GATE_TORCH_INDEX_URL)",
     )
     parser.add_argument("--torch-pre", action="store_true", help="allow torch pre-releases (the nightly)")
+    parser.add_argument(
+        "--audit-selection",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run N recorded cases the change did not select (a seeded sample); one whose verdict head changed"
+        " fails the gate with 'selection missed'",
+    )
+    parser.add_argument("--audit-seed", type=int, default=0, metavar="S", help="the sample's seed (default 0)")
     parser.add_argument("--work-dir", type=Path, metavar="DIR", help="keep the venvs and caches here (must be empty)")
     parser.add_argument(
         "--rerun-failed", action="store_true", help=f"rerun head's failed cases with TORCH_LOGS={RERUN_TORCH_LOGS}"
@@ -185,6 +197,8 @@ def parse_args(argv: Sequence[str], prog: str = PROG) -> Options:
         jobs=max(1, args.jobs),
         unpinned=args.unpinned,
         pytest_args=tuple(pytest_args),
+        audit_selection=max(0, args.audit_selection),
+        audit_seed=args.audit_seed,
     )
 
 
@@ -629,10 +643,40 @@ def _selection_by_change(opts: Options, base_source: Path, head_source: Path) ->
         if new:
             return Chosen(new, None, [*lines, "so only the new cases run (those of a method base lacks: --new-cases)"])
         return Chosen([], 0, [*lines, "so no recorded case ran the changed code: no compile case to run"])
+    audit = audit_sample(opts, footprints, selection)
     cases = opts.out / "selected-cases.txt"
-    cases.write_text("".join(f"{case}\n" for case in selection.cases), encoding="utf-8")
+    cases.write_text("".join(f"{case}\n" for case in (*selection.cases, *audit)), encoding="utf-8")
     summary = f"so {len(selection.cases)} case(s) run ({shown(cases)}){also_new}"
-    return Chosen([f"--cases={cases}", *new], None if new else len(selection.cases), [*lines, summary])
+    if audit:
+        summary += f", and {len(audit)} it did not select, to audit the selection ({shown(opts.out / AUDIT_CASES)})"
+    total = len(selection.cases) + len(audit)
+    return Chosen([f"--cases={cases}", *new], None if new else total, [*lines, summary])
+
+
+AUDIT_CASES = "audit-cases.txt"
+
+
+def audit_sample(opts: Options, footprints: Footprints, selection: Selection) -> list[str]:
+    """``--audit-selection N``: N recorded cases the selection left out, drawn with ``--audit-seed``."""
+    if not opts.audit_selection:
+        return []
+    left_out = sorted(set(footprints.cases) - set(selection.cases))
+    sample = sorted(random.Random(opts.audit_seed).sample(left_out, min(opts.audit_selection, len(left_out))))
+    (opts.out / AUDIT_CASES).write_text("".join(f"{case}\n" for case in sample), encoding="utf-8")
+    return sample
+
+
+def selection_misses(opts: Options, base: Side | None, head: Side) -> list[str]:
+    """The audited cases (outside the selection) whose verdict head changed: head failed where base did not."""
+    listing = opts.out / AUDIT_CASES
+    if not listing.exists():
+        return []
+    audited = set(listing.read_text(encoding="utf-8").split())
+    failed = {case for case in failed_cases(head) if case in audited}
+    if not failed or base is None or not base.report.exists():
+        return sorted(failed) if base is None else []
+    on_base = {case.id: case.status for case in read_report(base).cases}
+    return sorted(case for case in failed if on_base.get(case) not in ("failed", "error"))
 
 
 def _source_version(package: Path) -> str | None:
@@ -779,6 +823,15 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     # Head's new cases that failed are compared too: base lacks them, so the diff lists them as only head's.
     compared = write_compared_head(head, [*failing, *failed_new]) if failing is not None else head.report
     status = run_diff(shell, base, head, snapshot, opts, compared)
+    missed = selection_misses(opts, base, head)
+    if missed:
+        text = "".join(
+            f"- selection missed: **{case}** changed its verdict, and the change did not select it\n" for case in missed
+        )
+        with (opts.out / "diff.md").open("a", encoding="utf-8") as diff:
+            diff.write(f"\n## Selection missed ({len(missed)})\n\n{text}")
+        say(f"selection missed {len(missed)} case(s) whose verdict changed: {', '.join(missed)}")
+        status = EXIT_REGRESSION
     verdict = "head regressed" if status == EXIT_REGRESSION else "no regression"
     say(f"{verdict} (diff: {shown(opts.out / 'diff.md')})")
     return status

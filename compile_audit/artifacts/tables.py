@@ -8,6 +8,7 @@ another key reads what it read before; only code that goes over the whole table 
 from __future__ import annotations
 
 import ast
+import functools
 
 # Calls that go over their argument's keys or members.
 _ITERATING_CALLS = frozenset(
@@ -44,7 +45,8 @@ def _iterated(node: ast.AST) -> str:
     return _name(node)
 
 
-def iterated_names(function: ast.AST) -> set[str]:
+@functools.cache  # a replay meets each parsed function in hundreds of commits
+def iterated_names(function: ast.AST) -> frozenset[str]:
     """The bare names a function iterates: in a loop or comprehension, unpacked (``*NAME``), or passed to a call that
     goes over it (``list(NAME)``, ``sorted(NAME.keys())``, ``len(NAME)``)."""
     found = set()
@@ -58,7 +60,7 @@ def iterated_names(function: ast.AST) -> set[str]:
                 found.update(_iterated(arg) for arg in node.args)
             elif isinstance(node.func, ast.Attribute) and node.func.attr in _ITERATING_METHODS:
                 found.add(_name(node.func.value))
-    return found - {""}
+    return frozenset(found - {""})
 
 
 def _is_version_call(node: ast.AST) -> bool:
@@ -69,7 +71,8 @@ def _is_version_call(node: ast.AST) -> bool:
     return "version" in name or name == "parse"
 
 
-def compared_names(function: ast.AST) -> set[str]:
+@functools.cache
+def compared_names(function: ast.AST) -> frozenset[str]:
     """The names a function compares, tests or parses as a version: inside a comparison, as the test of an ``if``,
     ``while``, conditional expression or ``assert``, or as an argument of a version-parsing call (whose result may be
     compared later). A string that is only stored or passed on (written into a saved config) is not compared."""
@@ -84,4 +87,4 @@ def compared_names(function: ast.AST) -> set[str]:
             scopes.extend([*node.args, *(k.value for k in node.keywords)])
         for scope in scopes:
             found.update(_name(inner) for inner in ast.walk(scope))
-    return found - {""}
+    return frozenset(found - {""})

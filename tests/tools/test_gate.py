@@ -618,3 +618,29 @@ def test_the_gate_counts_as_audited_what_the_report_does(tmp_path, record):
     side = gate.Side("head", "peft", tmp_path, tmp_path / "work")
     side.report.write_text(json.dumps(report(record)))
     assert gate.check_report(side) == 1 == read_cases(side.report).audited_count
+
+
+def test_audit_selection_runs_a_seeded_sample_outside_the_selection_and_a_changed_verdict_there_fails(
+    run_gate, tmp_path
+):
+    shell = FakeShell()
+    ids = [f"m/{i}/x" for i in range(10)]
+    shell.footprints = Footprints(tuple(ids), {})
+    shell.selection = Selection(False, ("m/0/x",), ("a change",), ("peft/x.py",))
+    # Head fails every case the change left out, base passes them: each one sampled is a miss.
+    shell.reports = {
+        "base": report(*({**AUDITED, "id": case} for case in ids)),
+        "head": report({**AUDITED, "id": "m/0/x"}, *({**FAILED, "id": case} for case in ids[1:])),
+    }
+    shell.pytest_status["head"] = 1
+    status, out, _ = run_gate(shell, "--audit-selection", "3", "--audit-seed", "1")
+    sample = (tmp_path / "out" / "audit-cases.txt").read_text().split()
+    assert len(sample) == 3 and "m/0/x" not in sample
+    assert (tmp_path / "out" / "selected-cases.txt").read_text().split() == ["m/0/x", *sample]
+    assert status == 1 and f"selection missed 3 case(s) whose verdict changed: {', '.join(sample)}" in out
+    assert "## Selection missed (3)" in (tmp_path / "out" / "diff.md").read_text()
+    # Seeded: the same sample again.
+    argv = ["--base", "peft==0.21.2", "--head", "peft==0.21.2", "--out", str(tmp_path / "again")]
+    opts = gate.parse_args([*argv, "--audit-selection", "3", "--audit-seed", "1"])
+    opts.out.mkdir()
+    assert gate.audit_sample(opts, shell.footprints, shell.selection) == sample

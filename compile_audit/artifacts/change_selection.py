@@ -398,7 +398,10 @@ class _Rules:
         if statement.version:
             # A version string changes what code does only where code compares it (or parses it to compare): one
             # stored or passed on (into a saved config) reads differently, and compiles the same.
-            comparing = set().union(*(self.readers.by_comparison.get(name, set()) for _, _, name in names))
+            spelled = {name for _, _, name in names} | {
+                f"{code_changes.dotted_module(p).rpartition('.')[2]}.{name}" for p, _, name in names
+            }
+            comparing = set().union(*(self.readers.by_comparison.get(name, set()) for name in spelled))
             cases = self.cases_reading(readers & comparing, {name for _, _, name in names})
             return Pick(cases, f"{where}: a version: the {_count(cases)} that ran code comparing it")
         cases = self.cases_reading(readers, {name for _, name in module_level})

@@ -145,7 +145,7 @@ class Module:
         return dotted_module(self.path)
 
 
-_VERSION = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d*)?")
+_VERSION = re.compile(r"\d+(\.\d+)*([.-]?(a|b|rc)\d+)?([.-]?post\d+)?([.-]?dev\d*)?")
 
 
 def _binds_a_version(node: ast.stmt) -> bool:

@@ -73,9 +73,9 @@ def _is_version_call(node: ast.AST) -> bool:
 
 @functools.cache
 def compared_names(function: ast.AST) -> frozenset[str]:
-    """The names a function compares, tests or parses as a version: inside a comparison, as the test of an ``if``,
-    ``while``, conditional expression or ``assert``, or as an argument of a version-parsing call (whose result may be
-    compared later). A string that is only stored or passed on (written into a saved config) is not compared."""
+    """The names (``name`` or ``module.name``) a function compares, tests or parses as a version: inside a comparison,
+    as the test of an ``if``, ``while``, conditional expression or ``assert``, or as an argument of a version-parsing
+    call (whose result may be compared later). A string only stored or passed on (into a saved config) is not."""
     found: set[str] = set()
     for node in ast.walk(function):
         scopes: list[ast.AST] = []
@@ -86,5 +86,13 @@ def compared_names(function: ast.AST) -> frozenset[str]:
         elif _is_version_call(node):
             scopes.extend([*node.args, *(k.value for k in node.keywords)])
         for scope in scopes:
-            found.update(_name(inner) for inner in ast.walk(scope))
+            found.update(_spelled(inner) for inner in ast.walk(scope))
     return frozenset(found - {""})
+
+
+def _spelled(node: ast.AST) -> str:
+    """A bare name as itself, an attribute of a bare name as ``obj.attr`` (``transformers.__version__`` is not the
+    package's own ``__version__``)."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""

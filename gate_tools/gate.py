@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from compile_audit.artifacts.change_selection import Selection, select_between
+from compile_audit.artifacts.diff import lonely_lines
 from compile_audit.artifacts.footprints_file import Footprints, FootprintsError
 from compile_audit.artifacts.footprints_file import load as load_footprints
 from compile_audit.artifacts.records import CaseRecord
@@ -730,12 +731,18 @@ def new_cases(side: Side) -> list[str]:
     return sorted(case["id"] for case in read_report(side).data["cases"] if case.get("derived"))
 
 
-def write_empty_report(head: Side, base: Side) -> None:
-    """Base's report where base runs nothing: head's, with no case (its versions and schema), so that the diff lists
-    head's new cases as cases only head has."""
-    report = read_report(head)
-    base.report.parent.mkdir(parents=True, exist_ok=True)
-    base.report.write_text(json.dumps({**report.data, "cases": []}, indent=1) + "\n", encoding="utf-8")
+def new_cases_failed(opts: Options, head: Side, failed: Sequence[str]) -> int:
+    """Head's verdict where only new cases failed: base has none of them to compare, so diff.md lists each with its
+    roots at their lines, as the diff does for a case only head has."""
+    records = {case.id: case for case in read_report(head).cases}
+    lines = lonely_lines(
+        "New cases that fail", [(records[case], True) for case in failed], "new case outside its budget"
+    )
+    text = "# Compile gate\n\nHead regressed: new cases, of a method base lacks, fail.\n" + "\n".join(lines) + "\n"
+    (opts.out / "diff.md").write_text(text, encoding="utf-8")
+    sys.stdout.write(text)
+    say(f"head regressed (diff: {shown(opts.out / 'diff.md')})")
+    return EXIT_REGRESSION
 
 
 def write_compared_head(head: Side, base_cases: Sequence[str]) -> Path:
@@ -796,10 +803,7 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
         failing = [case for case in failed_cases(head) if case not in added]
         if failed_new and not failing:
             say(f"base: not run: only new cases failed ({len(failed_new)}), and base has none of them")
-            write_empty_report(head, base)
-            status = run_diff(shell, base, head, snapshot, opts, write_compared_head(head, failed_new))
-            say(f"head regressed (diff: {shown(opts.out / 'diff.md')})")
-            return status
+            return new_cases_failed(opts, head, failed_new)
         if not failing:
             return _no_run(
                 opts,

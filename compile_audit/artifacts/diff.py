@@ -405,7 +405,7 @@ def _case_lines(diff: CaseDiff) -> list[str]:
     return [f"- **{diff.case_id}**: {changes}", *(f"  - {detail}" for detail in diff.details)]
 
 
-def _lonely_lines(title: str, cases: list[tuple[CaseRecord, bool]], why: str) -> list[str]:
+def lonely_lines(title: str, cases: list[tuple[CaseRecord, bool]], why: str) -> list[str]:
     lines = ["", f"### {title} ({len(cases)})", ""]
     for case, regressed in cases:
         counts = ""
@@ -498,9 +498,9 @@ def render(result: ReportDiff, chart: bool = False) -> str:
             for diff in diffs:
                 lines += _case_lines(diff)
     if result.only_base:
-        lines += _lonely_lines("Only in base", result.only_base, "audited in base, missing from head")
+        lines += lonely_lines("Only in base", result.only_base, "audited in base, missing from head")
     if result.only_head:
-        lines += _lonely_lines("Only in head", result.only_head, "new case outside its budget")
+        lines += lonely_lines("Only in head", result.only_head, "new case outside its budget")
     if result.work:
         lines += ["", f"### Compile work ({len(result.work)})", ""]
         lines += [f"- **{case_id}**: {text}" for case_id, text in result.work]

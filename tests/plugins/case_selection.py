@@ -32,8 +32,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--new-cases",
         action="store_true",
-        help="every CPU case of a method the registry does not know yet (derived from the installed PEFT: a pull"
-        " request's new method), from the full matrix, and no other test but those of --cases (scripts/gate)",
+        help="the default run's cases of a method the registry does not know yet (derived from the installed PEFT: a"
+        " pull request's new method), and no other test but those of --cases (scripts/gate)",
     )
     group.addoption(
         "--fake-tensor-cache",
@@ -85,8 +85,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     cases = [case for case in cases if case.id in only] if only or new else cases
     if new:
         chosen = {case.id for case in cases}
-        full = cases_for(marker.args[0], full_matrix=True, cpu_backend=backend)
-        cases += [c for c in full if c.judged_by_causes and c.tier == "cpu" and c.id not in chosen]
+        default = cases_for(marker.args[0], full_matrix=False, cpu_backend=backend)
+        cases += [c for c in default if c.judged_by_causes and c.tier == "cpu" and c.id not in chosen]
     params = [pytest.param(c, id=c.id, marks=_marks(c)) for c in cases]
     metafunc.parametrize("case", params)
 

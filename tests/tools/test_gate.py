@@ -644,3 +644,33 @@ def test_audit_selection_runs_a_seeded_sample_outside_the_selection_and_a_change
     opts = gate.parse_args([*argv, "--audit-selection", "3", "--audit-seed", "1"])
     opts.out.mkdir()
     assert gate.audit_sample(opts, shell.footprints, shell.selection) == sample
+
+
+NEW_CASE = {**AUDITED, "id": "llama-tiny/hracopy/train-eval-train", "derived": True}
+
+
+def test_a_change_adding_a_method_runs_its_new_cases_on_head_alone(run_gate, tmp_path):
+    shell = FakeShell()
+    shell.selection = dataclasses.replace(ONE_CASE, new_cases=True, new_methods=1)
+    layer = "peft/tuners/hracopy/layer.py"
+    root = {"identity": f"{layer} in forward: gb0025", "location": f"{layer}:246", "function": "forward",
+            "reason": "Call to `torch._dynamo.graph_break()`", "hits": 1}  # fmt: skip
+    failing = {**NEW_CASE, "status": "failed", "graph_breaks": {"count": 1, "roots": [root]}}
+    shell.reports["head"] = report(AUDITED, failing)
+    shell.pytest_status["head"] = 1
+    status, out, err = run_gate(shell)
+    assert status == 1 and err == [], (out, err)
+    assert "--new-cases" in shell.pytest_runs("head")[0]
+    assert "head: 1 new case(s), of a method base lacks, judged on head alone: llama-tiny/hracopy" in out
+    assert not shell.pytest_runs("base")  # base lacks the method: nothing of it to run there
+    diff = (tmp_path / "out" / "diff.md").read_text(encoding="utf-8")
+    assert "llama-tiny/hracopy/train-eval-train" in diff
+    assert "root `peft/tuners/hracopy/layer.py:246` in `forward`" in diff
+
+
+def test_new_cases_that_pass_need_no_base(run_gate):
+    shell = FakeShell()
+    shell.selection = dataclasses.replace(ONE_CASE, new_cases=True, new_methods=1)
+    shell.reports["head"] = report(AUDITED, NEW_CASE)
+    status, out, _ = run_gate(shell)
+    assert status == 0 and "1 new case(s), of a method base lacks" in out and not shell.pytest_runs("base")

@@ -412,13 +412,21 @@ def _pytest_summary(log: Path) -> str:
     return last.strip("= ") or "no pytest summary line"
 
 
-def run_suite(shell: Shell, side: Side, snapshot: Path, opts: Options, selection: Sequence[str] = ()) -> int:
-    """The selection on this side, writing its report; returns pytest's exit status (0 or 1)."""
+NOTHING_COLLECTED = 5
+
+
+def run_suite(
+    shell: Shell, side: Side, snapshot: Path, opts: Options, selection: Sequence[str] = (), may_be_empty: bool = False
+) -> int:
+    """The selection on this side, writing its report; returns pytest's exit status (0 or 1; 5 where the selection
+    ``may_be_empty``: only the new cases, and head may have none)."""
     args = [*selection, *opts.pytest_args]
     say(f"{side.name}: pytest {subprocess.list2cmdline(args)} (log: {shown(side.log)})")
     cmd = [*_pytest(side), "--compile-report", side.report, *args]
     status = shell.run(cmd, log=side.log, env=side.env(snapshot), cwd=snapshot)
     summary = _pytest_summary(side.log)
+    if status == NOTHING_COLLECTED and may_be_empty:
+        return status
     if status not in (0, 1):
         reason = PYTEST_EXIT.get(status, "unknown status")
         raise GateError(f"{side.name}: pytest exited {status} ({reason}): {summary} (see {shown(side.log)})")
@@ -778,13 +786,16 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     pins = [] if opts.unpinned or "transformers" not in recorded else [f"transformers=={recorded['transformers']}"]
     torch_version, _ = install(shell, head, opts, snapshot, opts.torch, pins)
     jobs = _pytest_jobs(opts, chosen.cases)
+    only_new = chosen.args == ["--new-cases"]
     try:
-        head_status = run_suite(shell, head, snapshot, opts, [*chosen.args, *jobs])
+        head_status = run_suite(shell, head, snapshot, opts, [*chosen.args, *jobs], may_be_empty=only_new)
     except GateError:
         why = import_error(shell, head, snapshot)
         if why is not None:
             return head_does_not_import(opts, why)
         raise
+    if head_status == NOTHING_COLLECTED:
+        return _no_run(opts, "no recorded case ran the changed code, and head adds no method the registry lacks")
     audited = check_report(head, shard=opts.shard is not None)
     say(f"head: {audited} case(s) audited")
     if head_status == 1 and opts.rerun_failed:

@@ -674,3 +674,15 @@ def test_new_cases_that_pass_need_no_base(run_gate):
     shell.reports["head"] = report(AUDITED, NEW_CASE)
     status, out, _ = run_gate(shell)
     assert status == 0 and "1 new case(s), of a method base lacks" in out and not shell.pytest_runs("base")
+
+
+def test_code_in_new_files_but_no_new_method_runs_nothing_and_exits_0(run_gate):
+    shell = FakeShell()
+    shell.selection = Selection(
+        False, (), ("peft/utils/new_helper.py: added ...",), ("peft/utils/new_helper.py",), True
+    )
+    shell.pytest_status["head"] = 5  # --new-cases alone: no derived method, nothing collected
+    shell.reports["head"] = None
+    status, out, err = run_gate(shell)
+    assert status == 0 and err == [], (out, err)
+    assert "head adds no method the registry lacks" in out

@@ -809,9 +809,10 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
         )
     installed = _installed(shell, head, snapshot, ["torch", "transformers"])
     on_recorded = all(installed.get(name) == recorded.get(name) for name in ("torch", "transformers"))
-    failed_new = [case for case in failed_cases(head) if case in added]
+    failed = failed_cases(head)  # one read of head's report
+    failed_new = [case for case in failed if case in added]
     if on_recorded:
-        failing = [case for case in failed_cases(head) if case not in added]
+        failing = [case for case in failed if case not in added]
         if failed_new and not failing:
             say(f"base: not run: only new cases failed ({len(failed_new)}), and base has none of them")
             return new_cases_failed(opts, head, failed_new)

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from compile_audit.probe.recompiles import PhaseRecord
+from compile_audit.rules.roots import _RESUME_PREFIX
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,9 +29,6 @@ class MissedBreaks:
 
     def describe(self) -> str:
         return f"[{self.phase}] {self.count} graph break(s): " + "; ".join(self.where)
-
-
-_RESUME_PREFIX = "torch_dynamo_resume_in_"
 
 
 def _own_function(code: str) -> tuple[str, str]:

@@ -1,0 +1,292 @@
+"""The selection's recall, measured against outcomes: plant changes across the installed PEFT, select for each,
+run a sample of cases on both sides, and report each case whose verdict changed that the selection left out.
+
+    python -m gate_tools.recall --out out/recall --plants 40 --sample 6 --seed 0
+
+For each plant (drawn from every shape of :mod:`gate_tools.recall.sites`, seeded):
+
+- the selection between the installed PEFT and a copy with the plant (the gate's own, ``select_between``);
+- a sample of recorded cases, stratified over methods, scenarios and models: half from the selection, the rest from
+  what it left out, first the cases that ran the planted function;
+- each sampled case on base (the installed PEFT, one run for every plant's sample) and on head (the copy, first on
+  ``PYTHONPATH``).
+
+A **miss** is a sampled case whose verdict changed although the selection left it out. A **probe miss** is a case
+that passed on head although its report names the planted line: Dynamo reached the plant and the verdict did not
+see it. Recall is the verdict changes selected over the verdict changes seen; precision, the selected cases whose
+verdict changed over the selected cases run. Exit 1 on any miss or probe miss, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from compile_audit.artifacts.change_selection import select_between
+from compile_audit.artifacts.footprints_file import Footprints, FootprintsError
+from compile_audit.artifacts.footprints_file import load as load_footprints
+from compile_audit.artifacts.report import ReportError, read_cases
+
+from .. import checkout
+from .sampling import draw_plants, sample_cases
+from .sites import SHAPES, Plant, Sites, by_shape
+
+FAILED = ("failed", "error")
+
+
+@dataclasses.dataclass
+class Outcome:
+    plant: Plant
+    selected: int  # cases the selection names (every recorded case when it selects everything)
+    everything: bool
+    sample: list[str]
+    base: dict[str, str] = dataclasses.field(default_factory=dict)  # case -> verdict
+    head: dict[str, str] = dataclasses.field(default_factory=dict)
+    in_selection: set[str] = dataclasses.field(default_factory=set)
+    probe_misses: list[str] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+    error: str = ""  # why head's run gave no report
+
+    @property
+    def changed(self) -> list[str]:
+        return [case for case in self.sample if case in self.base and self.base[case] != self.head.get(case)]
+
+    @property
+    def misses(self) -> list[str]:
+        return [case for case in self.changed if case not in self.in_selection]
+
+
+def _installed_package(name: str) -> Path:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise FootprintsError(f"{name} is not installed here")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _planted_copy(package: Path, plant: Plant, dest: Path) -> Path | None:
+    """A copy of the package with the plant, in ``dest/<package>``; None where the edit does not compile."""
+    edited = plant.apply((package.parent / plant.path).read_text(encoding="utf-8"))
+    if edited is None:
+        return None
+    shutil.copytree(package, dest / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+    (dest / plant.path).write_text(edited, encoding="utf-8")
+    return dest / package.name
+
+
+def _run_cases(cases: Sequence[str], folder: Path, python_path: Path | None, extra: Sequence[str]) -> tuple[Path, str]:
+    """The zoo on these cases (``--cases``); the report, and the run's tail where it wrote none."""
+    folder.mkdir(parents=True, exist_ok=True)
+    listing, report = folder / "cases.txt", folder / "report.json"
+    listing.write_text("".join(f"{case}\n" for case in cases), encoding="utf-8")
+    env = {**os.environ}
+    if python_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(python_path), env.get("PYTHONPATH", "")]))
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--cases={listing}"]
+    command += [f"--compile-report={report}", *extra]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=checkout.find())
+    (folder / "pytest.log").write_text(done.stdout + done.stderr, encoding="utf-8")
+    return report, "" if report.exists() else (done.stdout + done.stderr).strip()[-600:]
+
+
+def _verdicts(report: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """Each case's status, and its record as JSON text (to find the planted line in)."""
+    cases = read_cases(report)
+    raw = {case["id"]: json.dumps(case) for case in cases.data["cases"]}
+    return {case.id: case.status for case in cases.cases}, raw
+
+
+class Harness:
+    def __init__(self, footprints: Footprints, package: Path, out: Path, extra: Sequence[str] = ()) -> None:
+        self.footprints, self.package, self.out, self.extra = footprints, package, out, tuple(extra)
+
+    def plan(self, plants: Sequence[Plant], sample: int, pool: Sequence[str], rng: random.Random) -> list[Outcome]:
+        outcomes = []
+        for number, plant in enumerate(plants):
+            folder = self.out / f"plant-{number:02d}"
+            shutil.rmtree(folder, ignore_errors=True)
+            planted = _planted_copy(self.package, plant, folder / "src")
+            if planted is None:
+                continue
+            selection = select_between(self.footprints, self.package, planted)
+            chosen = self.footprints.cases if selection.everything else selection.cases
+            selected = frozenset(chosen)
+            ran = self.footprints.runs.get(f"{plant.path}::{plant.where}", frozenset())
+            drawn = sample_cases(pool, selected, ran, sample, rng)
+            outcome = Outcome(plant, len(selected), selection.everything, drawn)
+            outcome.in_selection = {case for case in drawn if case in selected}
+            (folder / "selection.txt").write_text("\n".join(selection.reasons) + "\n", encoding="utf-8")
+            outcomes.append(outcome)
+        return outcomes
+
+    def run_base(self, outcomes: Sequence[Outcome], base_report: Path | None) -> float:
+        started = time.monotonic()
+        known: dict[str, str] = {}
+        if base_report is not None:
+            known = _verdicts(base_report)[0]
+        wanted = sorted({case for outcome in outcomes for case in outcome.sample} - known.keys())
+        if wanted:
+            report, error = _run_cases(wanted, self.out / "base", None, self.extra)
+            if error:
+                raise ReportError(f"base: the run over {len(wanted)} case(s) wrote no report: {error}")
+            known |= _verdicts(report)[0]
+        for outcome in outcomes:
+            outcome.base = {case: known[case] for case in outcome.sample if case in known}
+        return time.monotonic() - started
+
+    def run_head(self, number: int, outcome: Outcome) -> None:
+        started = time.monotonic()
+        folder = self.out / f"plant-{number:02d}"
+        report, error = _run_cases(outcome.sample, folder / "head", folder / "src", self.extra)
+        outcome.seconds = time.monotonic() - started
+        if error:
+            outcome.error = error
+            outcome.head = {case: "error" for case in outcome.sample}
+            return
+        outcome.head, raw = _verdicts(report)
+        if outcome.plant.breaks:
+            mark = f"{outcome.plant.path}:{outcome.plant.line}"
+            outcome.probe_misses = [
+                case for case, status in outcome.head.items() if status == "passed" and mark in raw.get(case, "")
+            ]
+
+
+def summary(outcomes: Sequence[Outcome], seconds: Mapping[str, float]) -> str:
+    rows = []
+    for shape in SHAPES:
+        mine = [o for o in outcomes if o.plant.shape == shape]
+        if not mine:
+            continue
+        rows.append((shape, *_figures(mine)))
+    rows.append(("all", *_figures(outcomes)))
+    lines = [
+        "| shape | plants | cases run | verdict changes | of them selected | misses | probe misses | recall |"
+        " precision |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [f"| {' | '.join(str(cell) for cell in row)} |" for row in rows]
+    lines += ["", f"CPU time: base {seconds['base']:.0f} s, head {seconds['head']:.0f} s (wall, summed over runs)"]
+    for outcome in outcomes:
+        for case in outcome.misses:
+            base, head = outcome.base[case], outcome.head.get(case)
+            lines.append(
+                f"- selection missed: {case} ({base} -> {head}) under {outcome.plant.name} in {outcome.plant.where}"
+            )
+        for case in outcome.probe_misses:
+            lines.append(f"- probe missed: {case} passed though its report names {outcome.plant.name}")
+        if outcome.error:
+            lines.append(f"- head's run under {outcome.plant.name} wrote no report: {outcome.error.splitlines()[-1]}")
+    return "\n".join(lines) + "\n"
+
+
+def _figures(outcomes: Sequence[Outcome]) -> tuple[object, ...]:
+    run = sum(len(o.sample) for o in outcomes)
+    changed = sum(len(o.changed) for o in outcomes)
+    misses = sum(len(o.misses) for o in outcomes)
+    probe = sum(len(o.probe_misses) for o in outcomes)
+    selected_run = sum(len(o.in_selection) for o in outcomes)
+    selected_changed = changed - misses
+    recall = f"{selected_changed / changed:.0%}" if changed else "n/a"
+    precision = f"{selected_changed / selected_run:.0%}" if selected_run else "n/a"
+    return len(outcomes), run, changed, selected_changed, misses, probe, recall, precision
+
+
+def _outcome_json(outcome: Outcome) -> dict[str, object]:
+    plant = outcome.plant
+    return {
+        "plant": plant.name,
+        "shape": plant.shape,
+        "where": plant.where,
+        "selected": "everything" if outcome.everything else outcome.selected,
+        "cases": {
+            case: {
+                "base": outcome.base.get(case),
+                "head": outcome.head.get(case),
+                "selected": case in outcome.in_selection,
+            }
+            for case in outcome.sample
+        },
+        "misses": outcome.misses,
+        "probe_misses": outcome.probe_misses,
+        "head_seconds": round(outcome.seconds, 1),
+        "error": outcome.error,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gate_tools.recall", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="the run's folder (plants, reports, summary.md)")
+    parser.add_argument("--footprints", type=Path, default=Path("tests/footprints.json"))
+    parser.add_argument("--plants", type=int, default=40, metavar="N", help="plants to draw (default 40)")
+    parser.add_argument("--sample", type=int, default=6, metavar="N", help="cases run per plant (default 6)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shapes", default="", help="comma-separated shapes to draw from (default: every shape)")
+    parser.add_argument("--jobs", type=int, default=1, help="head runs at once (default 1)")
+    parser.add_argument(
+        "--max-case-seconds",
+        type=float,
+        default=0.0,
+        help="leave out cases tests/durations.json prices above this (default: none left out)",
+    )
+    parser.add_argument("--base-report", type=Path, help="base's verdicts from this report (same versions)")
+    parser.add_argument("--durations", type=Path, default=Path("tests/durations.json"))
+    args = parser.parse_args(argv)
+    try:
+        return _main(args)
+    except (FootprintsError, ReportError, ValueError, OSError) as error:
+        print(f"recall: {error}", file=sys.stderr)
+        return 2
+
+
+def _main(args: argparse.Namespace) -> int:
+    if checkout.find() is None:
+        raise ValueError(checkout.NOT_FOUND)
+    footprints = load_footprints(args.footprints)
+    package = _installed_package("peft")
+    shapes = [s for s in args.shapes.split(",") if s] or list(SHAPES)
+    unknown = set(shapes) - set(SHAPES)
+    if unknown:
+        raise ValueError(f"--shapes: no such shape {sorted(unknown)} (one of {', '.join(SHAPES)})")
+    rng = random.Random(args.seed)
+    sites = by_shape(Sites(package, footprints))
+    plants = draw_plants({shape: sites[shape] for shape in shapes}, args.plants, rng)
+    pool = _pool(footprints, args.durations, args.max_case_seconds)
+    args.out.mkdir(parents=True, exist_ok=True)
+    harness = Harness(footprints, package, args.out)
+    outcomes = harness.plan(plants, args.sample, pool, rng)
+    seconds = {"base": harness.run_base(outcomes, args.base_report)}
+    started = time.monotonic()
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool_of_runs:
+        list(pool_of_runs.map(lambda pair: harness.run_head(*pair), enumerate(outcomes)))
+    seconds["head"] = sum(outcome.seconds for outcome in outcomes) or time.monotonic() - started
+    text = summary(outcomes, seconds)
+    (args.out / "summary.md").write_text(text, encoding="utf-8")
+    (args.out / "plants.json").write_text(
+        json.dumps([_outcome_json(o) for o in outcomes], indent=1) + "\n", encoding="utf-8"
+    )
+    print(text, end="")
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_file:
+        with open(summary_file, "a", encoding="utf-8") as handle:
+            handle.write(f"## Selection recall (seed {args.seed})\n\n{text}")
+    return 1 if any(o.misses or o.probe_misses for o in outcomes) else 0
+
+
+def _pool(footprints: Footprints, durations: Path, limit: float) -> list[str]:
+    if not limit:
+        return list(footprints.cases)
+    priced: dict[str, float] = {}
+    for node, seconds in json.loads(durations.read_text(encoding="utf-8")).items():
+        case = node.rpartition("[")[2].rstrip("]")
+        priced[case] = priced.get(case, 0.0) + seconds
+    return [case for case in footprints.cases if priced.get(case, limit + 1) <= limit]

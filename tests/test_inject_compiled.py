@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import peft
 import pytest
 import torch
@@ -69,11 +71,40 @@ def test_inject_into_compiled_peft_model(case, device, make_peft_model, case_aud
             compare_tensors(f"[{name}] compiled vs eager logits", expected, actual, **tolerance), check="parity"
         )
     case_audit.steady_state_after(f"{LOADED}-1")
+    case_audit.expect(_inject_from_state_dict_problem(case, device, source), check="inject from state dict")
     eager.set_adapter("default")
     default_out = _logits(eager, batch)
     eager.set_adapter(LOADED)
     if torch.allclose(default_out, _logits(eager, batch)):
         case_audit.expect("the loaded adapter has no effect: this case's parity checks prove nothing")
+
+
+def _inject_from_state_dict_problem(case, device, source) -> str | None:
+    """peft#2957, fixed in peft#2962: ``inject_adapter_in_model(config, compiled, state_dict=...)``, PEFT's low-level
+    API, must find each module the state dict names although a compiled model's modules sit under ``_orig_mod.``.
+    Only the injection is checked: the compiled wrapper is never called, so nothing compiles outside the audit."""
+    config = _adapter_config(case)
+    if config.peft_type != peft.PeftType.LORA:
+        return None  # the fix and its test are LoRA's: other tuners' state dicts name modules otherwise
+    if "state_dict" not in inspect.signature(peft.inject_adapter_in_model).parameters:
+        return None  # a PEFT before the low-level API took a state dict: nothing to check
+    dtype = getattr(torch, case.dtype) if case.dtype else None
+    base = bench_models.build_method_base(case.model, case.method, device=device, dtype=dtype, seed=0)
+    prefix = "base_model.model."
+    state = {key.removeprefix(prefix): value for key, value in peft.get_peft_model_state_dict(source).items()}
+    wanted = {key.split(".lora_", 1)[0] for key in state if ".lora_" in key}
+    try:
+        injected = peft.inject_adapter_in_model(config, torch.compile(base), state_dict=state)
+    except Exception as error:  # PEFT's own message says what it could not match
+        return f"inject_adapter_in_model on a compiled model with a state dict raised (peft#2962): {error}"
+    found = {name.removeprefix("_orig_mod.") for name, module in injected.named_modules() if hasattr(module, "lora_A")}
+    missing = sorted(wanted - found)
+    if not missing:
+        return None
+    return (
+        f"inject_adapter_in_model on a compiled model with a state dict injected {len(wanted) - len(missing)} of the "
+        f"{len(wanted)} module(s) it names (peft#2962): {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"
+    )
 
 
 @pytest.mark.scenario("inject-compiled-base")

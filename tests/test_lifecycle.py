@@ -270,15 +270,55 @@ def test_hotswap(case, device, make_peft_model, case_audit, tmp_path):
             "this case cannot show that the preparation is what prevents recompiles"
         )
 
+    case_audit.expect(_preparation_keeps_requires_grad(make_peft_model(rank=SMALL_RANK)), check="hot-swap preparation")
+
     model = make_peft_model(rank=SMALL_RANK).eval()
     hotswap_adapter(model, str(paths["small"]), adapter_name="default", torch_device=device)
     prepare_model_for_compiled_hotswap(model, target_rank=LARGE_RANK)  # before compiling, as PEFT requires
     compiled = case_audit.compile(model, dynamic=True)
+    storage = _adapter_storage(model)
     outputs = _hotswap_run(model, compiled, case_audit, batch, paths, plan, device)
     for name, adapter in plan:
         what = f"[{name}] hot-swapped compiled vs {adapter} adapter's eager logits"
         case_audit.expect(compare_tensors(what, expected[adapter], outputs[name], **tolerance), check="parity")
+    case_audit.expect(_replaced(storage, _adapter_storage(model)), check="hot-swap in place")
     case_audit.steady_state_after("small-1")
+
+
+def _adapter_storage(model) -> dict[str, int]:
+    """Each adapter tensor's address: what a captured CUDA graph reads."""
+    return {name: param.data_ptr() for name, param in model.named_parameters() if "lora_" in name}
+
+
+def _replaced(before: dict[str, int], after: dict[str, int]) -> str | None:
+    """peft#2611: a hot-swap copies the new weights into the tensors the compiled model holds; one that replaces a
+    tensor's storage makes a CUDA-graph-compiled model re-record, or read the old weights."""
+    moved = sorted(name for name, address in before.items() if after.get(name) != address)
+    if not moved:
+        return None
+    return (
+        f"hot-swap replaced the storage of {len(moved)} adapter tensor(s) instead of copying into it (peft#2611): "
+        f"{', '.join(moved[:3])}{', ...' if len(moved) > 3 else ''}"
+    )
+
+
+def _preparation_keeps_requires_grad(model) -> str | None:
+    """peft#3241: preparing a model loaded for inference (adapter frozen, as ``PeftModel.from_pretrained`` leaves
+    it) must not make its padded adapter weights trainable, nor a trainable adapter's frozen."""
+    frozen = [param for name, param in model.named_parameters() if "lora_A" in name]
+    for param in frozen:
+        param.requires_grad_(False)
+    before = {name: param.requires_grad for name, param in model.named_parameters() if "lora_" in name}
+    prepare_model_for_compiled_hotswap(model, target_rank=LARGE_RANK)
+    after = {name: param.requires_grad for name, param in model.named_parameters() if "lora_" in name}
+    changed = sorted(name for name in before if after.get(name) != before[name])
+    if not changed:
+        return None
+    shown = ", ".join(f"{name} {before[name]} -> {after.get(name)}" for name in changed[:3])
+    return (
+        f"prepare_model_for_compiled_hotswap changed requires_grad of {len(changed)} adapter weight(s) (peft#3241): "
+        f"{shown}{', ...' if len(changed) > 3 else ''}"
+    )
 
 
 # -------------------------------------------------------------------------------------- gradient-checkpointing

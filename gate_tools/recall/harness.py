@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from compile_audit.artifacts.change_selection import select_between
+from compile_audit.artifacts.change_selection import ModuleCache, compare_sources, package_files, select
 from compile_audit.artifacts.footprints_file import Footprints, FootprintsError
 from compile_audit.artifacts.footprints_file import load as load_footprints
 from compile_audit.artifacts.report import ReportError, read_cases
@@ -109,6 +109,13 @@ def _verdicts(report: Path) -> tuple[dict[str, str], dict[str, str]]:
 class Harness:
     def __init__(self, footprints: Footprints, package: Path, out: Path, extra: Sequence[str] = ()) -> None:
         self.footprints, self.package, self.out, self.extra = footprints, package, out, tuple(extra)
+        self._parsed = ModuleCache()  # every plant's copy differs from base in one file: each other file parses once
+        self._base_files = package_files(package)
+
+    def select(self, planted: Path):
+        """The gate's selection between the installed package and the planted copy."""
+        changes, unparsable, readers = compare_sources(self._base_files, package_files(planted), self._parsed)
+        return select(self.footprints, changes, readers, unparsable)
 
     def plan(self, plants: Sequence[Plant], sample: int, pool: Sequence[str], rng: random.Random) -> list[Outcome]:
         outcomes = []
@@ -118,7 +125,7 @@ class Harness:
             planted = _planted_copy(self.package, plant, folder / "src")
             if planted is None:
                 continue
-            selection = select_between(self.footprints, self.package, planted)
+            selection = self.select(planted)
             chosen = self.footprints.cases if selection.everything else selection.cases
             selected = frozenset(chosen)
             ran = self.footprints.runs.get(f"{plant.path}::{plant.where}", frozenset())

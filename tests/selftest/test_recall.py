@@ -190,7 +190,7 @@ def _main(tmp_path: Path, monkeypatch, *args: str) -> tuple[int, str]:
 def test_the_run_fails_on_a_verdict_the_selection_missed(tmp_path, monkeypatch):
     # The plant in helper selects every case that ran it (all), so fail a case no footprint holds: a miss.
     _fake_runs(monkeypatch, {case: "failed" for case in CASES})
-    monkeypatch.setattr(harness, "select_between", lambda *a: _selection(frozenset({"tiny-a/m1/s1"})))
+    monkeypatch.setattr(harness.Harness, "select", lambda *a: _selection(frozenset({"tiny-a/m1/s1"})))
     status, text = _main(tmp_path, monkeypatch, "--plants", "1", "--sample", "4", "--shapes", "module-helper")
     assert status == 1
     assert "selection missed" in text
@@ -198,7 +198,7 @@ def test_the_run_fails_on_a_verdict_the_selection_missed(tmp_path, monkeypatch):
 
 def test_the_run_passes_when_every_changed_verdict_was_selected(tmp_path, monkeypatch):
     _fake_runs(monkeypatch, {"tiny-a/m1/s1": "failed"})
-    monkeypatch.setattr(harness, "select_between", lambda *a: _selection(frozenset({"tiny-a/m1/s1"})))
+    monkeypatch.setattr(harness.Harness, "select", lambda *a: _selection(frozenset({"tiny-a/m1/s1"})))
     status, text = _main(tmp_path, monkeypatch, "--plants", "1", "--sample", "4", "--shapes", "module-helper")
     assert status == 0, text
     assert "| all | 1 |" in text
@@ -208,7 +208,7 @@ def test_a_passing_case_whose_report_names_the_plant_is_a_probe_miss(tmp_path, m
     plants = by_shape(Sites(toy_package(tmp_path / "probe"), toy_footprints()))["module-helper"]
     first = next(p for p in plants if p.where == "helper")
     _fake_runs(monkeypatch, {}, mention=f"{first.path}:{first.line}")
-    monkeypatch.setattr(harness, "select_between", lambda *a: _selection(frozenset(CASES)))
+    monkeypatch.setattr(harness.Harness, "select", lambda *a: _selection(frozenset(CASES)))
     monkeypatch.setattr(harness, "draw_plants", lambda by_shape, count, rng: [first])
     status, text = _main(tmp_path, monkeypatch, "--plants", "1", "--sample", "2")
     assert status == 1

@@ -92,6 +92,40 @@ PLANTS: dict[str, tuple[Edit, ...]] = {
             "return_dict = return_dict if return_dict is not None else self.config.use_return_dict",
         ),
     ),
+    # peft#2611 undone: the same-shape hot-swap assigns the new storage instead of copying into the old.
+    "undo-2611": (
+        Edit(
+            "peft/utils/hotswap.py",
+            "            old_val.data.copy_(new_val.data)\n",
+            "            old_val.data = new_val.data\n",
+        ),
+    ),
+    # peft#3241 undone: the padded layers prepare_model_for_compiled_hotswap makes keep torch's requires_grad=True.
+    "undo-3241": (
+        Edit("peft/utils/hotswap.py", "    new_layer.weight.requires_grad_(lora_module.weight.requires_grad)\n", ""),
+        Edit("peft/utils/hotswap.py", "    new_layer.weight.requires_grad_(lora_module.weight.requires_grad)\n", ""),
+    ),
+    # peft#2962 undone: injecting from a state dict matches module names with the compiled wrapper's _orig_mod. prefix.
+    "undo-2962": (
+        Edit(
+            "peft/tuners/tuners_utils.py",
+            'module_names = {k.rsplit("." + prefix, 1)[0].removeprefix("_orig_mod.") for k in state_dict}',
+            'module_names = {k.rsplit("." + prefix, 1)[0] for k in state_dict}',
+        ),
+        Edit("peft/tuners/tuners_utils.py", '                key = key.removeprefix("_orig_mod.")\n', ""),
+    ),
+    # peft#2416 undone: LoRA's forward skips the multiplication when scaling == 1 (a branch on the scaling).
+    "undo-2416": (
+        Edit(
+            "peft/tuners/lora/layer.py",
+            "                if active_adapter not in self.lora_variant:  # vanilla LoRA\n"
+            "                    result = result + lora_B(lora_A(dropout(x))) * scaling\n",
+            "                if active_adapter not in self.lora_variant and scaling == 1:  # PLANTED\n"
+            "                    result = result + lora_B(lora_A(dropout(x)))\n"
+            "                elif active_adapter not in self.lora_variant:  # vanilla LoRA\n"
+            "                    result = result + lora_B(lora_A(dropout(x))) * scaling\n",
+        ),
+    ),
 }
 UPSTREAM_COMMITS = {"undo-3183": ("15af19751a0a960a4e4f1847a4b5dee0f801e0aa", "src/peft/utils/hotswap.py")}
 

@@ -117,10 +117,15 @@ class Harness:
         changes, unparsable, readers = compare_sources(self._base_files, package_files(planted), self._parsed)
         return select(self.footprints, changes, readers, unparsable)
 
-    def plan(self, plants: Sequence[Plant], sample: int, pool: Sequence[str], rng: random.Random) -> list[Outcome]:
-        outcomes = []
-        for number, plant in enumerate(plants):
-            folder = self.out / f"plant-{number:02d}"
+    def plan(
+        self, plants: Sequence[Plant], count: int, sample: int, pool: Sequence[str], rng: random.Random
+    ) -> list[Outcome]:
+        """The first ``count`` of these plants that compile, each with its selection and sample."""
+        outcomes: list[Outcome] = []
+        for plant in plants:
+            if len(outcomes) == count:
+                break
+            folder = self.out / f"plant-{len(outcomes):02d}"
             shutil.rmtree(folder, ignore_errors=True)
             planted = _planted_copy(self.package, plant, folder / "src")
             if planted is None:
@@ -266,11 +271,13 @@ def _main(args: argparse.Namespace) -> int:
         raise ValueError(f"--shapes: no such shape {sorted(unknown)} (one of {', '.join(SHAPES)})")
     rng = random.Random(args.seed)
     sites = by_shape(Sites(package, footprints))
-    plants = draw_plants({shape: sites[shape] for shape in shapes}, args.plants, rng)
+    # Twice as many as wanted, in the order drawn: an edit that does not compile (an insertion before an elif) is
+    # replaced by the next one drawn.
+    plants = draw_plants({shape: sites[shape] for shape in shapes}, 2 * args.plants, rng)
     pool = _pool(footprints, args.durations, args.max_case_seconds)
     args.out.mkdir(parents=True, exist_ok=True)
     harness = Harness(footprints, package, args.out)
-    outcomes = harness.plan(plants, args.sample, pool, rng)
+    outcomes = harness.plan(plants, args.plants, args.sample, pool, rng)
     seconds = {"base": harness.run_base(outcomes, args.base_report)}
     started = time.monotonic()
     with ThreadPoolExecutor(max(1, args.jobs)) as pool_of_runs:

@@ -25,8 +25,21 @@ class CaseId:
             raise ValueError(f"{text!r} is no case id (model/method/scenario[@device-backend])")
         return cls(*parts, device or DEFAULT_DEVICE, backend or DEFAULT_BACKEND)
 
+    @property
+    def on_default_tier(self) -> bool:
+        return (self.device, self.backend) == (DEFAULT_DEVICE, DEFAULT_BACKEND)
+
+    @property
+    def path(self) -> str:
+        """``model/method/scenario``, without the tier."""
+        return f"{self.model}/{self.method}/{self.scenario}"
+
+    @property
+    def without_model(self) -> str:
+        """``method/scenario[@device-backend]``: what the cases of one entry for several models share."""
+        return str(self).partition("/")[2]
+
     def __str__(self) -> str:
-        base = f"{self.model}/{self.method}/{self.scenario}"
-        if (self.device, self.backend) == (DEFAULT_DEVICE, DEFAULT_BACKEND):
-            return base
-        return f"{base}@{self.device}-{self.backend}"
+        if self.on_default_tier:
+            return self.path
+        return f"{self.path}@{self.device}-{self.backend}"

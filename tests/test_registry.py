@@ -18,6 +18,7 @@ from bench_models import EXCLUDED_PEFT_TYPES, METHODS, MODELS, Method, operation
 from bench_models import config_builders as options
 from bench_models.methods import TUNER_LIMITS, Architecture, Operation, Task, check_selectors
 from bench_models.models import SEQ_CLS
+from compile_audit.case_ids import CaseId
 from tests.cases import SCENARIOS, cases_for, operation_of
 
 TINY = [key for key, spec in MODELS.items() if spec.cpu_matrix]
@@ -219,7 +220,7 @@ def test_the_registry_imports_on_a_peft_without_the_config_classes():
 
 
 def default_peft_types(case_ids, methods) -> set[str]:
-    return {methods[case_id.split("/")[1]].peft_type for case_id in case_ids}
+    return {methods[CaseId.parse(case_id).method].peft_type for case_id in case_ids}
 
 
 def runs(case) -> bool:

@@ -21,7 +21,7 @@ comments, formatting and annotations that never execute do not count), and met w
 
     python -m compile_audit.artifacts.change_selection record REPORT... --output tests/footprints.json
     python -m compile_audit.artifacts.change_selection select BASE_PACKAGE_DIR HEAD_PACKAGE_DIR --footprints FILE
-    python -m compile_audit.artifacts.change_selection replay --repo PEFT_CLONE --last 400 --json out/replay.json
+    python -m compile_audit.artifacts.history_replay --repo PEFT_CLONE --last 400 --json out/replay.json
 """
 
 from __future__ import annotations
@@ -627,23 +627,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     choose.add_argument("base", type=Path, help="the base side's package directory")
     choose.add_argument("head", type=Path, help="the head side's package directory")
     choose.add_argument("--footprints", required=True, type=Path)
-    replay = commands.add_parser("replay", help="the selection of each of a git repository's last commits")
-    replay.add_argument("--repo", required=True, type=Path, help="a clone of the package's git repository")
-    replay.add_argument("--last", type=int, default=400, help="how many commits touching the package (default 400)")
-    replay.add_argument("--json", type=Path, help="write the commits' selections here")
-    replay.add_argument("--footprints", type=Path, default=Path("tests/footprints.json"))
-    replay.add_argument("--durations", type=Path, default=Path("tests/durations.json"))
-    replay.add_argument("--source-dir", default="src", help="the folder of the package in the repository")
     args = parser.parse_args(argv)
     try:
         if args.command == "select":
             selection = select_between(load(args.footprints), args.base, args.head)
             print(json.dumps(dataclasses.asdict(selection)))
             return 0
-        if args.command == "replay":
-            from compile_audit.artifacts import history_replay
-
-            return history_replay.main(args)
         return _record(args.reports, args.output, args.source)
     except FootprintsError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from compile_audit.case_ids import CaseId
+
 FORMAT = 2
 _INNER_CODE = re.compile(r"(\.<locals>)?\.<(dictcomp|listcomp|setcomp|genexpr|lambda)>.*$")
 
@@ -242,9 +244,11 @@ def statements_missed(
 
 def _grouping(case: str) -> tuple[str, ...]:
     """Cases of one method and scenario side by side: a method's functions then read as a few ranges."""
-    model, _, rest = case.partition("/")
-    method, _, scenario = rest.partition("/")
-    return method, scenario, model
+    try:
+        identity = CaseId.parse(case)
+    except ValueError:
+        return (case,)
+    return identity.method, identity.scenario, identity.model, identity.device, identity.backend
 
 
 def _from_cases(

@@ -1,7 +1,7 @@
 """The selection replayed over a package's real history: for each of the last commits that touch its Python files,
 what the committed footprints and durations would have run, and at what cost.
 
-    python -m compile_audit.artifacts.change_selection replay --repo ~/src/peft --last 400 --json out/replay.json
+    python -m compile_audit.artifacts.history_replay --repo ~/src/peft --last 400 --json out/replay.json
 
 Each commit is compared with its first parent, both read from git (no checkout). The cost of a selection is the sum
 of its cases' durations (``tests/durations.json``, one side of the gate); the full matrix costs every case's.
@@ -14,6 +14,7 @@ import dataclasses
 import json
 import statistics
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -164,7 +165,25 @@ def summary(results: Sequence[Replayed], full_matrix_seconds: float) -> list[str
     ]
 
 
-def main(args: argparse.Namespace) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m compile_audit.artifacts.history_replay", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--repo", required=True, type=Path, help="a clone of the package's git repository")
+    parser.add_argument("--last", type=int, default=400, help="how many commits touching the package (default 400)")
+    parser.add_argument("--json", type=Path, help="write the commits' selections here")
+    parser.add_argument("--footprints", type=Path, default=Path("tests/footprints.json"))
+    parser.add_argument("--durations", type=Path, default=Path("tests/durations.json"))
+    parser.add_argument("--source-dir", default="src", help="the folder of the package in the repository")
+    args = parser.parse_args(argv)
+    try:
+        return _replay(args)
+    except FootprintsError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def _replay(args: argparse.Namespace) -> int:
     footprints = load(args.footprints)
     durations = case_durations(args.durations)
     git = Git(args.repo)
@@ -180,3 +199,7 @@ def main(args: argparse.Namespace) -> int:
         write_text_atomic(args.json, json.dumps(data, indent=1) + "\n")
         print(f"{args.json}: {len(results)} commits")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -40,6 +40,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from compile_audit.case_ids import CaseId
 from compile_audit.files import write_text_atomic
 from compile_audit.rules.causes import Allowance, Cause, causes_of, propose
 
@@ -253,12 +254,20 @@ def _case_ids_of(path: Path, key: str, line: int | None) -> tuple[str, ...]:
     return tuple(f"{model}/{match['rest']}" for model in models)
 
 
+def _shared_by_models(case_id: str) -> str:
+    """What an entry for several models groups on: the id without its model (a key that is no case id, itself)."""
+    try:
+        return CaseId.parse(case_id).without_model
+    except ValueError:
+        return case_id
+
+
 def _key_of(case_ids: list[str]) -> str:
     """The key of one entry for these cases, which differ only in their model (the part before the first ``/``)."""
     if len(case_ids) == 1:
         return case_ids[0]
-    rest = case_ids[0].partition("/")[2]
-    return "{" + ",".join(case_id.partition("/")[0] for case_id in case_ids) + "}/" + rest
+    identities = [CaseId.parse(case_id) for case_id in case_ids]
+    return "{" + ",".join(identity.model for identity in identities) + "}/" + identities[0].without_model
 
 
 def _check_count(path: Path, line: int | None, case_id: str, name: str, value: Any) -> int:
@@ -651,8 +660,7 @@ class BudgetFile:
                 body = "\n".join(_entry_text(case_id, budget)[1:])
             else:
                 continue
-            _model, slash, rest = case_id.partition("/")
-            groups.setdefault((rest if slash else case_id, body), []).append(case_id)
+            groups.setdefault((_shared_by_models(case_id), body), []).append(case_id)
         for (_, body), case_ids in sorted(groups.items(), key=lambda group: group[1][0]):
             out += [f"[cases.{json.dumps(_key_of(case_ids))}]", body]
         return "\n".join(out) + "\n"

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from compile_audit.artifacts.report import read_cases
+from compile_audit.case_ids import CaseId
 from gate_tools.bisect.driver import Measurement
 from gate_tools.venv import ScratchVenv
 
@@ -77,12 +78,11 @@ def valid_case_id(case_id: str) -> bool:
 
 def case_selection(case_id: str) -> list[str]:
     """pytest options that run exactly this case: ``-k "[model/method/scenario]"`` and its tier's options."""
-    base, _, variant = case_id.partition("@")
-    if not variant:
-        return ["--full-matrix", "-k", f"[{base}]"]
-    device, _, backend = variant.partition("-")
-    tier = ["--cpu-backend", backend] if device == "cpu" else ["-m", "gpu"]
-    return ["--full-matrix", *tier, "-k", f"[{base}"]  # -k takes no "@": the prefix, the tier selects the rest
+    identity = CaseId.parse(case_id)
+    if identity.on_default_tier:
+        return ["--full-matrix", "-k", f"[{identity.path}]"]
+    tier = ["--cpu-backend", identity.backend] if identity.device == "cpu" else ["-m", "gpu"]
+    return ["--full-matrix", *tier, "-k", f"[{identity.path}"]  # -k takes no "@": the prefix, the tier the rest
 
 
 def error_line(output: str) -> str:

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from compile_audit.artifacts import change_selection
+from compile_audit.artifacts import history_replay
 from compile_audit.artifacts.footprints_file import Footprints
 
 pytestmark = pytest.mark.selftest
@@ -55,8 +55,8 @@ def test_replay_prices_each_commit_by_the_cases_it_selects(tmp_path, capsys):
         )
     )
     out = tmp_path / "replay.json"
-    args = ["replay", "--repo", str(repo), "--last", "3", "--json", str(out)]
-    assert change_selection.main([*args, "--footprints", str(footprints), "--durations", str(durations)]) == 0
+    args = ["--repo", str(repo), "--last", "3", "--json", str(out)]
+    assert history_replay.main([*args, "--footprints", str(footprints), "--durations", str(durations)]) == 0
     commits = {c["subject"]: c for c in json.loads(out.read_text())["commits"]}
     assert set(commits) == {"DOC say more", "FIX merge", "FIX forward"}  # the last three, newest first
     assert (commits["DOC say more"]["cases"], commits["DOC say more"]["executes_differently"]) == (0, False)

@@ -84,3 +84,60 @@ def test_an_upward_import_is_named(tmp_path):
     (tmp_path / "probe" / "capture.py").write_text("from compile_audit.rules.verdict import judge\n")
     (tmp_path / "files.py").write_text("import compile_audit.probe.timing\n")
     assert upward_imports(tmp_path) == {"probe/capture.py": {"rules"}, "files.py": {"probe"}}
+
+
+def test_bench_models_and_compile_audit_never_import_each_other():
+    """docs/architecture.md: the zoo's models and the engine are independent; only tests and the plugin join them."""
+    assert not {path: names for path, names in imported("bench_models").items() if "compile_audit" in names}
+    assert not {path: names for path, names in imported("compile_audit").items() if "bench_models" in names}
+
+
+def test_artifacts_import_no_torch():
+    """docs/architecture.md: the files runs leave are read without torch (the workflows merge reports bare)."""
+    libraries = {"torch", "transformers", "peft"}
+    heavy = {path: names & libraries for path, names in imported("compile_audit/artifacts").items()}
+    assert not {path: names for path, names in heavy.items() if names}
+
+
+def module_imports(package: str) -> dict[str, set[str]]:
+    """Each module of the package (dotted) -> the modules of the project it imports, at any depth of its code."""
+    found = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        found[dotted] = {name for name in names if name.split(".")[0] == package.split("/")[0]}
+    return {module: {name for name in names if name in found and name != module} for module, names in found.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each import cycle once, as the modules around it (lazy imports inside functions included)."""
+    found, state = [], {}
+
+    def visit(module: str, stack: list[str]) -> None:
+        state[module] = "open"
+        for name in sorted(graph.get(module, ())):
+            if state.get(name) == "open":
+                found.append([*stack[stack.index(name) :], name])
+            elif name not in state:
+                visit(name, [*stack, name])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return found
+
+
+@pytest.mark.parametrize("package", ["compile_audit", "compile_gate", "bench_models", "gate_tools"])
+def test_no_module_imports_one_that_imports_it(package):
+    assert not cycles(module_imports(package))
+
+
+def test_an_import_cycle_is_named():
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": set()}
+    assert cycles(graph) == [["a.x", "a.y", "a.z", "a.x"]]

@@ -29,6 +29,7 @@ import bench_models
 from bench_models import distributed
 from compile_audit.probe.ddp_splits import counting_ddp_splits
 from compile_audit.probe.parity import compare_losses, compare_tensors
+from compile_audit.probe.policy import CompilePolicy
 from compile_audit.probe.ranks import launch
 from compile_audit.rules.budgets import Budget
 from compile_audit.rules.case import CaseAudit, KnownFailureConfirmed
@@ -63,11 +64,39 @@ def global_batch(case, step: int, length: int, device: str) -> dict[str, torch.T
     )
 
 
+def rank_spec(case, case_audit, policy: CompilePolicy) -> dict:
+    """What each rank gets of its case: identity, dtype, budget and compile policy (JSON-safe)."""
+    return {
+        **case.report_fields(),
+        "id": case.id,
+        "dtype": case.dtype,
+        "budget": case_audit.budget.to_dict(),
+        "policy": policy.to_dict(),
+    }
+
+
+def ran_under(policy: CompilePolicy) -> dict:
+    """What a process runs under of a policy, read back from torch: its threads and each setting the policy names."""
+    under = {"dynamo": {name: getattr(torch._dynamo.config, name) for name in policy.dynamo}}
+    if policy.threads is not None:
+        under["threads"] = torch.get_num_threads()
+    return under
+
+
+def enter_case_policy(settings: contextlib.ExitStack, case: dict, shipped: dict) -> None:
+    """A rank is a fresh interpreter: the case's policy (threads, Dynamo's settings, attention) is applied in it as
+    the gate applies it around a test, and what the rank runs under ships back to be compared."""
+    policy = CompilePolicy.from_dict(case["policy"])
+    settings.enter_context(policy.applied())
+    shipped["policy"] = ran_under(policy)
+
+
 def run_rank(shipped: dict, rank: int, world_size: int, case: dict) -> None:
     """One rank of a case: train and evaluate the wrapped, compiled model, shipping the audit after each phase."""
     device = f"cuda:{rank}" if case["tier"] == "cuda" else "cpu"
     dtype = getattr(torch, case["dtype"]) if case["dtype"] else None
     with contextlib.ExitStack() as settings:
+        enter_case_policy(settings, case, shipped)
         model = bench_models.build_peft_model(case["model"], case["method"], device=device, dtype=dtype, **OVERRIDES)
         distributed.without_dropout(model)
         audit = CaseAudit(case["id"], Budget.from_dict(case["budget"]), backend=case["backend"])
@@ -110,12 +139,12 @@ def eager_reference(case, model, device: str) -> tuple[list[torch.Tensor], dict[
     return losses, distributed.full_trainable_state(model)
 
 
-def run_distributed_case(case, device, make_peft_model, case_audit, tmp_path) -> None:
+def run_distributed_case(case, device, make_peft_model, case_audit, compile_policy, tmp_path) -> None:
     if case.tier == "cuda" and torch.cuda.device_count() < WORLD_SIZE:
         pytest.skip(f"{case.scenario} on the GPU tier needs {WORLD_SIZE} GPUs, {torch.cuda.device_count()} visible")
     # The same seeded build as every rank's; skips with the registry's reason.
     eager = distributed.without_dropout(make_peft_model(**OVERRIDES))
-    spec = {**case.report_fields(), "id": case.id, "dtype": case.dtype, "budget": case_audit.budget.to_dict()}
+    spec = rank_spec(case, case_audit, compile_policy)
     outcomes = launch(
         run_rank,
         (spec,),
@@ -124,6 +153,11 @@ def run_distributed_case(case, device, make_peft_model, case_audit, tmp_path) ->
         workdir=tmp_path,
         backend="nccl" if case.tier == "cuda" else "gloo",
     )
+    expected = ran_under(compile_policy)
+    differ = [o.shipped["policy"] for o in outcomes if o.shipped.get("policy", expected) != expected]
+    if differ:
+        message = f"a rank ran under {differ[0]}, not the case's compile policy {expected}"
+        raise RankFailed(f"{case.id}: {message}", message)
     if any("audit" in o.shipped for o in outcomes):
         audits = [result_from_data(o.shipped["audit"]) if "audit" in o.shipped else None for o in outcomes]
         case_audit.result = merge_rank_results(audits)
@@ -151,10 +185,10 @@ def run_distributed_case(case, device, make_peft_model, case_audit, tmp_path) ->
 
 
 @pytest.mark.scenario("ddp")
-def test_ddp(case, device, make_peft_model, case_audit, tmp_path):
-    run_distributed_case(case, device, make_peft_model, case_audit, tmp_path)
+def test_ddp(case, device, make_peft_model, case_audit, compile_policy, tmp_path):
+    run_distributed_case(case, device, make_peft_model, case_audit, compile_policy, tmp_path)
 
 
 @pytest.mark.scenario("fsdp2")
-def test_fsdp2(case, device, make_peft_model, case_audit, tmp_path):
-    run_distributed_case(case, device, make_peft_model, case_audit, tmp_path)
+def test_fsdp2(case, device, make_peft_model, case_audit, compile_policy, tmp_path):
+    run_distributed_case(case, device, make_peft_model, case_audit, compile_policy, tmp_path)

@@ -60,6 +60,16 @@ class CompilePolicy:
                 stack.enter_context(_threads(self.threads))
             yield
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CompilePolicy:
+        """The policy ``to_dict`` wrote (a rank in a fresh interpreter applies its case's policy from it)."""
+        return cls(
+            dynamo=dict(data.get("dynamo", {})),
+            inductor=dict(data.get("inductor", {})),
+            attention=data.get("attention"),
+            threads=data.get("threads"),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The report's ``policy``: only what the policy sets."""
         data: dict[str, Any] = {}

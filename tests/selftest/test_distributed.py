@@ -3,7 +3,9 @@ graph breaks; rank results that survive the trip to the parent whole. Toy module
 
 from __future__ import annotations
 
+import contextlib
 import time
+import types
 
 import pytest
 import torch
@@ -15,12 +17,15 @@ from compile_audit.artifacts import diff, matrix
 from compile_audit.artifacts.report import summary_table
 from compile_audit.probe import ranks
 from compile_audit.probe.ddp_splits import counting_ddp_splits
+from compile_audit.probe.policy import CompilePolicy
 from compile_audit.rules.budgets import Budget, BudgetFile, BudgetFileError
 from compile_audit.rules.case import CaseAudit
 from compile_audit.rules.rank_results import merge_rank_results, rank_divergence, tensors_from_data, tensors_to_data
 from compile_audit.rules.result_data import result_from_data, result_to_data
 from compile_audit.rules.verdict import judge
+from tests.cases import cases_for
 from tests.selftest import fake_reports, toys
+from tests.test_distributed import enter_case_policy, rank_spec
 
 pytestmark = pytest.mark.selftest
 
@@ -204,3 +209,27 @@ def test_a_change_of_ddp_splits_shows_in_the_diff():
     changed = diff.compare_case(before, after, timing_threshold=0.1, memory_threshold=0.1)
     assert [c.text for c in changed.changes] == ["ddp splits 4 -> 6 (+2)"]
     assert changed.regressed
+
+
+def policy_in_rank(shipped, rank, world_size, spec):
+    with contextlib.ExitStack() as settings:
+        enter_case_policy(settings, spec, shipped)
+        shipped["threads"] = torch.get_num_threads()
+        shipped["fake_tensor_cache_enabled"] = torch._dynamo.config.fake_tensor_cache_enabled
+
+
+def test_each_rank_runs_under_its_cases_compile_policy(tmp_path):
+    """The spec a distributed case ships carries its compile policy, and each rank applies it: settings unlike the
+    launching process's show in every rank."""
+    policy = CompilePolicy(
+        dynamo={"fake_tensor_cache_enabled": not torch._dynamo.config.fake_tensor_cache_enabled},
+        threads=torch.get_num_threads() + 1,
+    )
+    case = cases_for("ddp")[0]
+    spec = rank_spec(case, types.SimpleNamespace(budget=Budget()), policy)
+    outcomes = _launch(policy_in_rank, spec, tmp_path=tmp_path)
+    assert [o.failure() for o in outcomes] == [None, None]
+    for outcome in outcomes:
+        assert outcome.shipped["threads"] == policy.threads
+        assert outcome.shipped["fake_tensor_cache_enabled"] == policy.dynamo["fake_tensor_cache_enabled"]
+        assert outcome.shipped["policy"] == {"dynamo": dict(policy.dynamo), "threads": policy.threads}

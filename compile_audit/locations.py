@@ -7,6 +7,8 @@ import os
 import sysconfig
 import types
 
+from compile_audit.frames import Frame
+
 _PACKAGE_ROOT_MARKERS = ("site-packages", "dist-packages")
 
 
@@ -48,4 +50,4 @@ def location(filename: str, lineno: int | None) -> str:
 
 def code_location(code: types.CodeType) -> str:
     """``forward at peft/peft_model.py:1001`` for a code object Dynamo compiled."""
-    return f"{code.co_name} at {location(code.co_filename, code.co_firstlineno)}"
+    return str(Frame(code.co_name, short_path(code.co_filename), code.co_firstlineno))

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 import sys
 from pathlib import Path
 
 from compile_audit.artifacts.records import CaseRecord
 from compile_audit.artifacts.report import read_cases
 from compile_audit.files import exclusive
+from compile_audit.frames import Guard
 from compile_audit.normalize import normalize, without_ids, without_lines
 from compile_audit.rules.budgets import PROPOSED_REASON, Budget, BudgetFile, BudgetFileError
 from compile_audit.rules.verdict import BUDGET_KINDS as VERDICT_BUDGET_KINDS
@@ -32,7 +32,6 @@ from compile_audit.rules.verdict import limit_frame
 from gate_tools import checkout
 
 ROOT = checkout.find() or Path()  # the budgets file of the checkout, else of the current directory
-COMPILE_ID = re.compile(r"^\d+/\d+: ")
 
 
 def limit_reason(case: CaseRecord) -> str | None:
@@ -40,7 +39,7 @@ def limit_reason(case: CaseRecord) -> str | None:
     if not hits:
         return None
     first = hits[0]
-    guard = without_ids(COMPILE_ID.sub("", first.last_guard))
+    guard = without_ids(Guard.parse(first.last_guard).without_entry())
     more = f" (and {len(hits) - 1} more frame(s))" if len(hits) > 1 else ""
     return (
         f"Dynamo hits its {first.limit} on {limit_frame(first.frame)} and runs it eagerly from then "

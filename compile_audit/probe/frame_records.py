@@ -19,6 +19,7 @@ from typing import Any
 
 import torch._dynamo.utils
 
+from compile_audit.frames import Frame
 from compile_audit.locations import location, short_path
 from compile_audit.probe.graph_breaks import GraphBreak, graph_break_id, one_line_reason, stack_entry
 from compile_audit.probe.logged_breaks import LoggedBreak, logged_break
@@ -132,7 +133,7 @@ class FrameRecords:
         for m in metrics:
             compile_id = compile_id_of(m.compile_id)
             if compile_id and m.co_name and m.co_filename:
-                self.codes[compile_id] = f"{m.co_name} at {location(m.co_filename, m.co_firstlineno or 0)}"
+                self.codes[compile_id] = str(Frame(m.co_name, short_path(m.co_filename), m.co_firstlineno or 0))
                 self._compiled[compile_id] = (m.co_name, m.co_filename)
             resumed = _RESUME_FUNCTION.match(m.co_name or "")
             if resumed and m.co_filename and compile_id.endswith("/0"):
@@ -189,7 +190,7 @@ def eager_frame_break(metrics: Any, tracebacks: list[list[tuple[str, int, str]]]
         location=own_location,
         source=source,
         function=metrics.co_name,
-        eager_function=f"{metrics.co_name} at {short_path(metrics.co_filename)}:{metrics.co_firstlineno}",
+        eager_function=str(Frame(metrics.co_name, short_path(metrics.co_filename), metrics.co_firstlineno)),
         graph_break_id=graph_break_id(reason),
         stopped_at=inner if below else "",
         stopped_in=stopped_in if below else "",

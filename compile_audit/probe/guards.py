@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from compile_audit.frames import Guard
 from compile_audit.locations import location
 from compile_audit.normalize import without_ids
 
@@ -27,8 +28,7 @@ class GuardFailure:
     location: str | None  # innermost user frame (outside torch/) that installed the guard
 
     def describe(self) -> str:
-        where = f" (guard from {self.location})" if self.location else ""
-        return f"{self.entry}: {self.guard}{where}"
+        return str(Guard(self.entry, self.guard, self.location))
 
     @property
     def entry_index(self) -> int:

@@ -21,7 +21,8 @@ import torch
 import torch._dynamo
 from torch._dynamo.callback import CallbackArgs, CallbackTrigger
 
-from compile_audit.locations import code_location, location
+from compile_audit.frames import Frame
+from compile_audit.locations import code_location, short_path
 from compile_audit.normalize import normalize
 from compile_audit.probe.ddp_splits import GraphSplit, is_ddp_piece
 from compile_audit.probe.footprint import note_traced_code
@@ -96,7 +97,7 @@ def _limit_hit_of(record: logging.LogRecord, phase: str) -> RecompileLimitHit | 
     args = tuple(record.args) if isinstance(record.args, tuple) else ()
     limit_type, value, function, reason = (list(args) + ["?"] * 4)[:4]
     match = _FUNCTION_INFO.search(str(function))
-    frame = f"{match['name']} at {location(match['file'], int(match['line']))}" if match else str(function)
+    frame = str(Frame(match["name"], short_path(match["file"]), int(match["line"]))) if match else str(function)
     last_guard = parse_guard_failure(str(reason)).describe() if reason != "?" else "(not given)"
     return RecompileLimitHit(phase, frame, f"{limit_type} ({value})", last_guard)
 
@@ -217,7 +218,7 @@ def _compiled_frame(frame_id: str) -> str:
     for metrics in reversed(torch._dynamo.utils._compilation_metrics):
         match = _COMPILE_ID.search(str(metrics.compile_id or ""))
         if match and match[1] == frame_id and metrics.co_name and metrics.co_filename:
-            return f"{metrics.co_name} at {location(metrics.co_filename, metrics.co_firstlineno or 0)}"
+            return str(Frame(metrics.co_name, short_path(metrics.co_filename), metrics.co_firstlineno or 0))
     return f"frame {frame_id}"
 
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from compile_audit.frames import Frame
 from compile_audit.probe.recompiles import PhaseRecord
-from compile_audit.rules.roots import _RESUME_PREFIX
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,10 +33,8 @@ class MissedBreaks:
 
 def _own_function(code: str) -> tuple[str, str]:
     """(function, file) of a compiled code ("forward at f.py:12"); a resume function counts as the one it resumes."""
-    name, _, where = code.partition(" at ")
-    if name.startswith(_RESUME_PREFIX):
-        name = name.removeprefix(_RESUME_PREFIX).rpartition("_at_")[0]
-    return name, where.rpartition(":")[0]
+    frame = Frame.parse(code)
+    return frame.own_function, frame.file
 
 
 def _accounted(phase: PhaseRecord, codes: dict[str, str]) -> set[str]:

@@ -26,13 +26,13 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from compile_audit.frames import Frame, Guard
 from compile_audit.normalize import normalize
 from compile_audit.probe.frame_records import compile_id_of
 from compile_audit.probe.graph_breaks import GraphBreak
 from compile_audit.probe.recompiles import PhaseRecord, Recompile, RecompileLimitHit
 
 EAGER_MARK = " (frame run eagerly)"
-_RESUME_PREFIX = "torch_dynamo_resume_in_"
 _MAX_HOPS = 32  # caller chains followed while looking for the root a nested compile follows from
 
 
@@ -214,11 +214,9 @@ class _Attributor:
     def _owner_of_code(self, code: str) -> Root | None:
         if code in self.root_of_code:
             return self.root_of_code[code]
-        name, _, where = code.partition(" at ")
-        file = where.rsplit(":", 1)[0]
+        frame = Frame.parse(code)
         for candidate, root in self.root_of_code.items():
-            c_name, _, c_where = candidate.partition(" at ")
-            if c_name.startswith(f"{_RESUME_PREFIX}{name}_at_") and c_where.rsplit(":", 1)[0] == file:
+            if Frame.parse(candidate).resumes_in(frame):
                 return root
         return None
 
@@ -232,7 +230,7 @@ class _Attributor:
     def _under_test_state(self, hit: RecompileLimitHit) -> bool:
         """A limit hit that stays a failure of its own: on a frame of the code under test, or on a guard it
         installed (its own state keeps changing, whatever made the frame a compile target)."""
-        frame_file = hit.frame.partition(" at ")[2]
+        frame_file = Frame.parse(hit.frame).file
         return _top_package(frame_file) in self.under_test or _guard_under_test(hit.last_guard, self.under_test)
 
     def attribute(self) -> Attribution:
@@ -294,7 +292,7 @@ class _Attributor:
 
 def _guard_under_test(last_guard: str, under_test: Sequence[str]) -> bool:
     """Whether the guard that kept failing was installed by the code under test ("(guard from peft/...)")."""
-    where = last_guard.rpartition("(guard from ")[2]
+    where = Guard.parse(last_guard).location
     return bool(where) and _top_package(where) in under_test
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from compile_audit.artifacts.json_fields import Where
 from compile_audit.artifacts.records import CaseRecord
 from compile_audit.artifacts.report import SCHEMA
+from compile_audit.case_ids import CaseId
 from compile_audit.normalize import normalize
 from compile_audit.probe.guards import parse_guard_failure
 
@@ -74,9 +75,14 @@ def case(
     audited: bool | None = None,
 ) -> dict[str, Any]:
     """One case record; a skipped case (by default an error too) is not audited: no phases, zero counts."""
-    path, _, variant = case_id.partition("@")
-    model, method, scenario = path.split("/")
-    device, _, backend = variant.partition("-") if variant else ("cpu", "", "eager")
+    parsed = CaseId.parse(case_id)
+    model, method, scenario, device, backend = (
+        parsed.model,
+        parsed.method,
+        parsed.scenario,
+        parsed.device,
+        parsed.backend,
+    )
     audited = status not in ("skipped", "error") if audited is None else audited
     breaks, recompiles = list(breaks) if audited else [], list(recompiles) if audited else []
     count = sum(b["occurrences"] for b in breaks)

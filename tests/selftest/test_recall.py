@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from compile_audit.artifacts.footprints_file import Footprints
+from compile_audit.case_ids import CaseId
 from gate_tools.recall import harness
 from gate_tools.recall.harness import Outcome, summary
 from gate_tools.recall.sampling import sample_cases, stratified
@@ -125,7 +126,7 @@ def test_a_plant_that_does_not_compile_is_refused():
 
 def test_stratified_spreads_over_methods_scenarios_and_models():
     drawn = stratified(CASES, 3, random.Random(0))
-    assert len({case.split("/")[1] for case in drawn}) == 3
+    assert len({CaseId.parse(case).method for case in drawn}) == 3
 
 
 def test_the_sample_holds_cases_the_selection_left_out_first_those_that_ran_the_plant():

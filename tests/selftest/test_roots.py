@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch._dynamo
 
+from compile_audit.frames import Frame
 from compile_audit.probe.graph_breaks import GraphBreak
 from compile_audit.probe.guards import GuardFailure
 from compile_audit.probe.recompiles import PhaseRecord, Recompile, RecompileLimitHit
@@ -139,7 +140,8 @@ ENTRY, HOOKED, COMPREHENSION, HELPER = (
 
 
 def _eager(code: str, line: int, compile_id: str, stopped_at: str = "") -> GraphBreak:
-    name, _, where = code.partition(" at ")
+    frame = Frame.parse(code)
+    name, where = frame.function, f"{frame.file}:{frame.line}"
     return GraphBreak(
         reason="Missing tp_iternext: ..." if not stopped_at else "Call to graph_break (the break: x)",
         location=f"{where.rsplit(':', 1)[0]}:{line}",

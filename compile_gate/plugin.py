@@ -388,8 +388,9 @@ def compile_policy(request: pytest.FixtureRequest):
 
 
 @pytest.fixture
-def case_audit(request: pytest.FixtureRequest, case: Any):
-    """A CaseAudit for the case; judged when the test body returns; its record goes into the report."""
+def case_audit(request: pytest.FixtureRequest, case: Any, compile_policy: CompilePolicy | None):
+    """A CaseAudit for the case, compiling as its policy says; judged when the test body returns; its record goes
+    into the report."""
     session = gate_session(request.config)
     audit = CaseAudit(
         case.id,
@@ -397,6 +398,7 @@ def case_audit(request: pytest.FixtureRequest, case: Any):
         session.budget_file.budget_for(case.id, judged_by_causes=getattr(case, "judged_by_causes", False)),
         backend=case.backend,
         under_test=tuple(request.config.getini("compile_footprint_packages")),
+        dynamic=compile_policy.dynamic if compile_policy is not None else None,
     )
     request.node.stash[AUDIT] = audit
     torch.manual_seed(0)

@@ -91,7 +91,10 @@ class Case:
         attention = "MATH" if audited and self.tier == "cuda" else None
         # Tiny models gain nothing from intra-op threads, and two xdist workers with two OpenMP threads each
         # oversubscribe a 2-core machine.
-        return CompilePolicy(dynamo=dynamo, inductor=inductor, attention=attention, threads=1)
+        # Every dimension dynamic from the first compile: a scenario's batches change length between phases, and a
+        # case judges PEFT's code, not automatic dynamic's one recompile per new length (the dynamic-modes scenario
+        # judges that, with dynamic=None named at its call).
+        return CompilePolicy(dynamo=dynamo, inductor=inductor, attention=attention, threads=1, dynamic=True)
 
     @property
     def tolerance(self) -> dict[str, float]:

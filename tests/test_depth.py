@@ -26,7 +26,7 @@ PLAN, FIRST_CYCLE_ENDS = SHORT_CYCLE_PLAN, SHORT_CYCLE_ENDS
 
 
 def _run(audit, model, case, device) -> None:
-    compiled = audit.compile(model, dynamic=True)
+    compiled = audit.compile(model)
     optimizer = make_optimizer(model)
     for step, (name, kind, length) in enumerate(PLAN):
         batch = make_batch(case.model, case.method, seq_len=length, seed=step, device=device)
@@ -50,7 +50,7 @@ def test_depth(case, device, make_peft_model, case_audit):
     if deep.limit_hits:  # Dynamo gave up at depth: the case fails on that, whatever one layer compiles
         return
 
-    shallow = PhaseAudit(case.backend)
+    shallow = PhaseAudit(case.backend, case_audit.dynamic)
     reset_dynamo()
     _run(shallow, make_peft_model(num_layers=1), case, device)
     grew = growth_with_depth(shallow.phases, deep.phases, DEPTH)

@@ -80,15 +80,24 @@ def ran_under(policy: CompilePolicy) -> dict:
     under = {"dynamo": {name: getattr(torch._dynamo.config, name) for name in policy.dynamo}}
     if policy.threads is not None:
         under["threads"] = torch.get_num_threads()
+    under["dynamic"] = policy.dynamic  # a rank overwrites it with what its audit compiles with
     return under
 
 
-def enter_case_policy(settings: contextlib.ExitStack, case: dict, shipped: dict) -> None:
+def enter_case_policy(settings: contextlib.ExitStack, case: dict, shipped: dict) -> CompilePolicy:
     """A rank is a fresh interpreter: the case's policy (threads, Dynamo's settings, attention) is applied in it as
     the gate applies it around a test, and what the rank runs under ships back to be compared."""
     policy = CompilePolicy.from_dict(case["policy"])
     settings.enter_context(policy.applied())
     shipped["policy"] = ran_under(policy)
+    return policy
+
+
+def rank_audit(case: dict, policy: CompilePolicy, shipped: dict) -> CaseAudit:
+    """The rank's audit, compiling with the policy's dynamic shapes; what it compiles with ships back."""
+    audit = CaseAudit(case["id"], Budget.from_dict(case["budget"]), backend=case["backend"], dynamic=policy.dynamic)
+    shipped["policy"]["dynamic"] = audit.dynamic
+    return audit
 
 
 def run_rank(shipped: dict, rank: int, world_size: int, case: dict) -> None:
@@ -96,17 +105,17 @@ def run_rank(shipped: dict, rank: int, world_size: int, case: dict) -> None:
     device = f"cuda:{rank}" if case["tier"] == "cuda" else "cpu"
     dtype = getattr(torch, case["dtype"]) if case["dtype"] else None
     with contextlib.ExitStack() as settings:
-        enter_case_policy(settings, case, shipped)
+        policy = enter_case_policy(settings, case, shipped)
         model = bench_models.build_peft_model(case["model"], case["method"], device=device, dtype=dtype, **OVERRIDES)
         distributed.without_dropout(model)
-        audit = CaseAudit(case["id"], Budget.from_dict(case["budget"]), backend=case["backend"])
+        audit = rank_audit(case, policy, shipped)
         if case["scenario"] == "ddp":
             bucket_bytes = max(1, distributed.trainable_bytes(model) // 2)
             settings.enter_context(distributed.ddp_buckets_of(bucket_bytes))
             wrapped = distributed.wrap_ddp(model, bucket_bytes, device)
         else:
             wrapped = distributed.shard_fsdp2(model)
-        compiled = audit.compile(wrapped, dynamic=True)
+        compiled = audit.compile(wrapped)
         settings.enter_context(counting_ddp_splits(audit.counting_backend))
         optimizer = bench_models.make_optimizer(model)
         shipped["losses"] = []

@@ -53,7 +53,9 @@ def _speedup(eager_median: float, compiled_median: float, limit_hits) -> float |
     return round(eager_median / compiled_median, 3) if compiled_median > 0 else None
 
 
-def test_train_step_benchmark(case, device, make_peft_model, benchmark, gpu_bench, record_compile_benchmarks):
+def test_train_step_benchmark(
+    case, device, make_peft_model, benchmark, gpu_bench, record_compile_benchmarks, compile_policy
+):
     # Both runs take the first step (the compile, for the compiled run), the warm-up steps and the timed ones.
     steps = 1 + gpu_bench.warmup + gpu_bench.rounds
     batches = [
@@ -87,10 +89,10 @@ def test_train_step_benchmark(case, device, make_peft_model, benchmark, gpu_benc
 
     # Compiled: first step (compile), an eval step (recompile for eval mode + no_grad), then the steady state.
     reset_dynamo()
-    audit = PhaseAudit(backend=case.backend)
+    audit = PhaseAudit(backend=case.backend, dynamic=compile_policy.dynamic)
     model = make_peft_model(**overrides)
     optimizer = make_optimizer(model)
-    compiled = audit.compile(model, dynamic=True)
+    compiled = audit.compile(model)
     timer, memory, losses = StepTimer(device), MemorySampler(device), []
 
     def step(model=compiled, optimizer=optimizer) -> None:  # bound now: both are deleted at the end

@@ -49,7 +49,7 @@ def test_inject_into_compiled_peft_model(case, device, make_peft_model, case_aud
     eager = make_peft_model().eval()
     model = make_peft_model().eval()
 
-    compiled = case_audit.compile(model, dynamic=True)
+    compiled = case_audit.compile(model)
     with case_audit.phase("default-1", "eval"):
         _logits(compiled, batch)
     for target in (compiled, eager):
@@ -118,7 +118,7 @@ def test_get_peft_model_on_compiled_base(case, device, make_peft_model, case_aud
 
     dtype = getattr(torch, case.dtype) if case.dtype else None
     base = bench_models.build_method_base(case.model, case.method, device=device, dtype=dtype, seed=0).eval()
-    compiled_base = case_audit.compile(base, dynamic=True)
+    compiled_base = case_audit.compile(base)
     with case_audit.phase("base-1", "eval"):
         _logits(compiled_base, {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")})
     torch.manual_seed(0)  # as make_peft_model seeds the adapter's init

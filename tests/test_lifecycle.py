@@ -79,7 +79,7 @@ def test_multi_adapter(case, device, make_peft_model, case_audit):
         eager.set_adapter(adapter)
         optimizers[adapter] = (make_optimizer(model), make_optimizer(eager))
 
-    compiled = case_audit.compile(model, dynamic=True)
+    compiled = case_audit.compile(model)
     # One round trip default -> other -> default, in eval then in train; the second round must compile nothing.
     plan = [("eval", "default"), ("eval", OTHER), ("train", OTHER), ("train", "default")]
     logits = {}
@@ -132,7 +132,7 @@ def test_disable_adapter(case, device, make_peft_model, case_audit):
     adapter_logits = _logits(model, batch)
     case_audit.expect(_differs("logits with and without the adapter", adapter_logits, base_logits))
 
-    compiled = case_audit.compile(model, dynamic=True)
+    compiled = case_audit.compile(model)
     for round_ in (1, 2):
         name = f"adapter-{round_}"
         with case_audit.phase(name, "eval"):
@@ -161,7 +161,7 @@ def test_merge_unmerge(case, device, make_peft_model, case_audit):
     batch = _batch(case, device, seq_len=8)
     expected = _logits(model, batch)
 
-    compiled = case_audit.compile(model, dynamic=True)
+    compiled = case_audit.compile(model)
     with case_audit.phase("unmerged-1", "eval"):
         actual = _logits(compiled, batch)
     case_audit.expect(
@@ -211,7 +211,7 @@ def test_mixed_batch(case, device, make_peft_model, case_audit):
         per_adapter["__base__"] = _logits(model, batch)
     case_audit.expect(_differs("logits under 'default' and 'other'", per_adapter["default"], per_adapter[OTHER]))
 
-    compiled = case_audit.compile(model, dynamic=True)
+    compiled = case_audit.compile(model)
     for name in ("mix-1", "mix-2", "mix-1-again"):
         names = MIXES[name.removesuffix("-again")]
         with case_audit.phase(name, "eval"):
@@ -262,8 +262,8 @@ def test_hotswap(case, device, make_peft_model, case_audit, tmp_path):
     unprepared = make_peft_model(rank=SMALL_RANK).eval()
     hotswap_adapter(unprepared, str(paths["small"]), adapter_name="default", torch_device=device)
     reset_dynamo()
-    contingency = PhaseAudit(case.backend)
-    _hotswap_run(unprepared, contingency.compile(unprepared, dynamic=True), contingency, batch, paths, plan[:2], device)
+    contingency = PhaseAudit(case.backend, case_audit.dynamic)
+    _hotswap_run(unprepared, contingency.compile(unprepared), contingency, batch, paths, plan[:2], device)
     if not contingency.recompiles:
         case_audit.expect(
             "contingency: without prepare_model_for_compiled_hotswap the rank 4 -> 8 swap compiled nothing new, so "
@@ -275,7 +275,7 @@ def test_hotswap(case, device, make_peft_model, case_audit, tmp_path):
     model = make_peft_model(rank=SMALL_RANK).eval()
     hotswap_adapter(model, str(paths["small"]), adapter_name="default", torch_device=device)
     prepare_model_for_compiled_hotswap(model, target_rank=LARGE_RANK)  # before compiling, as PEFT requires
-    compiled = case_audit.compile(model, dynamic=True)
+    compiled = case_audit.compile(model)
     storage = _adapter_storage(model)
     outputs = _hotswap_run(model, compiled, case_audit, batch, paths, plan, device)
     for name, adapter in plan:
@@ -334,7 +334,7 @@ def test_gradient_checkpointing(case, device, make_peft_model, case_audit):
     tolerance = case.tolerance
     plan = [("train-1", 8), ("train-2", 12), ("train-3", 8)]
 
-    compiled = case_audit.compile(model, dynamic=True)
+    compiled = case_audit.compile(model)
     optimizer, eager_optimizer = make_optimizer(model), make_optimizer(eager)
     losses, eager_losses = [], []
     for step, (name, length) in enumerate(plan):
@@ -365,7 +365,7 @@ def test_generate(case, device, make_peft_model, case_audit):
 
     # PEFT's generate() runs the transformers model's generate loop, which calls that model's forward: compile it.
     hf_model = model.get_base_model()
-    hf_model.forward = case_audit.compile(hf_model.forward, dynamic=True)
+    hf_model.forward = case_audit.compile(hf_model.forward)
     for name, prompt in (("A-1", "prompt-A"), ("A-2", "prompt-A"), ("B-1", "prompt-B")):
         with case_audit.phase(name, "generate") as record, torch.no_grad():
             tokens = model.generate(**prompts[prompt], **GENERATE)

@@ -57,7 +57,7 @@ def test_save_load(case, device, make_peft_model, case_audit, tmp_path):
     tolerance = case.tolerance
 
     # The model users save from: compiled and run (what train-eval-train audits), not yet audited here.
-    compiled = torch.compile(model, backend=case.backend, dynamic=True)
+    compiled = torch.compile(model, backend=case.backend, dynamic=case_audit.dynamic)
     expected = _logits(compiled, batch)
     state = {k: v.detach().clone() for k, v in peft.get_peft_model_state_dict(model).items()}
     folders = {"compiled": tmp_path / "from-compiled", "peft": tmp_path / "from-peft-model"}
@@ -85,7 +85,7 @@ def test_save_load(case, device, make_peft_model, case_audit, tmp_path):
 
     if "compiled" not in reloaded:
         return
-    recompiled = case_audit.compile(reloaded["compiled"], dynamic=True)
+    recompiled = case_audit.compile(reloaded["compiled"])
     for round_ in (1, 2):
         name = f"reloaded-{round_}"
         with case_audit.phase(name, "eval"):

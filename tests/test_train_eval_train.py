@@ -50,7 +50,7 @@ def test_train_eval_train(case, device, make_peft_model, case_audit):
     }
 
     before, eager_before = snapshot_parameters(model), snapshot_parameters(eager)
-    compiled = case_audit.compile(model, dynamic=True)
+    compiled = case_audit.compile(model)
     optimizer, eager_optimizer = make_optimizer(model), make_optimizer(eager)
     compiled_losses, eager_losses = [], []
     for step, (name, kind, _) in enumerate(PLAN):

@@ -1,6 +1,7 @@
-"""The settings a case compiles under besides its backend: Dynamo's and Inductor's config, the attention kernel and
-the number of intra-op threads. They change what is measured, so a zoo declares them per case, the gate applies them
-around the test (the ``compile_gate`` plugin) and the case's report record carries them."""
+"""The settings a case compiles under besides its backend: Dynamo's and Inductor's config, the attention kernel, the
+number of intra-op threads and whether shapes compile dynamic. They change what is measured, so a zoo declares them
+per case, the gate applies them around the test (the ``compile_gate`` plugin) and the case's report record carries
+them."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class CompilePolicy:
     inductor: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # torch._inductor.config.<name> = value
     attention: str | None = None  # a torch.nn.attention.SDPBackend member ("MATH"); None: torch's own choice
     threads: int | None = None  # torch.set_num_threads for the test; None: the process's
+    dynamic: bool | None = None  # torch.compile's dynamic= for what the case compiles; None: automatic dynamic shapes
 
     def __post_init__(self) -> None:
         for name in self.dynamo:
@@ -68,6 +70,7 @@ class CompilePolicy:
             inductor=dict(data.get("inductor", {})),
             attention=data.get("attention"),
             threads=data.get("threads"),
+            dynamic=data.get("dynamic"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -81,6 +84,8 @@ class CompilePolicy:
             data["attention"] = self.attention
         if self.threads is not None:
             data["threads"] = self.threads
+        if self.dynamic is not None:
+            data["dynamic"] = self.dynamic
         return data
 
 

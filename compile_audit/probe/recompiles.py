@@ -297,12 +297,14 @@ class PhaseAudit:
     ...     train_step(compiled, optimizer, batch)
     """
 
-    def __init__(self, backend: str | Callable[..., Any] = "eager") -> None:
+    def __init__(self, backend: str | Callable[..., Any] = "eager", dynamic: bool | None = None) -> None:
         self.backend = CountingBackend(backend)
+        self.dynamic = dynamic  # torch.compile's dynamic= unless a call names its own
         self.phases: list[PhaseRecord] = []
         self._seen_transitions: set[tuple[str, str]] = set()
 
     def compile(self, fn: Any, **compile_kwargs: Any) -> Any:
+        compile_kwargs.setdefault("dynamic", self.dynamic)
         return torch.compile(fn, backend=self.backend, **compile_kwargs)
 
     @contextlib.contextmanager

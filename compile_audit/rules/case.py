@@ -44,10 +44,12 @@ class CaseAudit:
         *,
         backend: str | Callable[..., Any] = "eager",
         under_test: tuple[str, ...] = (),
+        dynamic: bool | None = None,
     ) -> None:
         self.case_id = case_id
         self.budget = budget
         self.backend = backend
+        self.dynamic = dynamic  # torch.compile's dynamic= (the case's compile policy) unless a call names its own
         self.result = AuditResult(under_test=under_test)
         self.checks: list[tuple[str, str]] = []  # the scenario's failed checks: (check name, one line or section)
         self._phases: PhaseAudit | None = None
@@ -62,7 +64,7 @@ class CaseAudit:
 
     def _start(self) -> PhaseAudit:
         reset_dynamo()
-        self._phases = PhaseAudit(self.backend)
+        self._phases = PhaseAudit(self.backend, self.dynamic)
         self.result.phases = self._phases.phases
         return self._phases
 

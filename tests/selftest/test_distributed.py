@@ -25,7 +25,7 @@ from compile_audit.rules.result_data import result_from_data, result_to_data
 from compile_audit.rules.verdict import judge
 from tests.cases import cases_for
 from tests.selftest import fake_reports, toys
-from tests.test_distributed import enter_case_policy, rank_spec
+from tests.test_distributed import enter_case_policy, rank_audit, rank_spec
 
 pytestmark = pytest.mark.selftest
 
@@ -213,7 +213,7 @@ def test_a_change_of_ddp_splits_shows_in_the_diff():
 
 def policy_in_rank(shipped, rank, world_size, spec):
     with contextlib.ExitStack() as settings:
-        enter_case_policy(settings, spec, shipped)
+        rank_audit(spec, enter_case_policy(settings, spec, shipped), shipped)
         shipped["threads"] = torch.get_num_threads()
         shipped["fake_tensor_cache_enabled"] = torch._dynamo.config.fake_tensor_cache_enabled
 
@@ -224,6 +224,7 @@ def test_each_rank_runs_under_its_cases_compile_policy(tmp_path):
     policy = CompilePolicy(
         dynamo={"fake_tensor_cache_enabled": not torch._dynamo.config.fake_tensor_cache_enabled},
         threads=torch.get_num_threads() + 1,
+        dynamic=False,  # the default is None: automatic dynamic shapes
     )
     case = cases_for("ddp")[0]
     spec = rank_spec(case, types.SimpleNamespace(budget=Budget()), policy)
@@ -232,4 +233,4 @@ def test_each_rank_runs_under_its_cases_compile_policy(tmp_path):
     for outcome in outcomes:
         assert outcome.shipped["threads"] == policy.threads
         assert outcome.shipped["fake_tensor_cache_enabled"] == policy.dynamo["fake_tensor_cache_enabled"]
-        assert outcome.shipped["policy"] == {"dynamo": dict(policy.dynamo), "threads": policy.threads}
+        assert outcome.shipped["policy"] == {"dynamo": dict(policy.dynamo), "threads": policy.threads, "dynamic": False}

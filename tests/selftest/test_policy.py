@@ -11,6 +11,9 @@ import torch._dynamo
 from torch._inductor import config as inductor_config
 
 from compile_audit.probe.policy import CompilePolicy, PolicyError
+from compile_audit.rules.budgets import Budget
+from compile_audit.rules.case import CaseAudit
+from tests.selftest import toys
 from tests.selftest.test_plugin import TOY_CONFTEST
 
 pytestmark = pytest.mark.selftest
@@ -61,6 +64,21 @@ def test_the_report_holds_only_what_the_policy_sets():
         "attention": "MATH",
         "threads": 1,
     }
+    assert CompilePolicy(dynamic=True).to_dict() == {"dynamic": True}
+    for policy in (CompilePolicy(dynamic=False, threads=2), CompilePolicy()):
+        assert CompilePolicy.from_dict(policy.to_dict()) == policy
+
+
+@pytest.mark.parametrize(
+    ("policy", "call", "recompiles"), [(True, {}, 0), (False, {}, 1), (True, {"dynamic": False}, 1)]
+)
+def test_an_audit_compiles_with_its_policys_dynamic_shapes_unless_the_call_names_its_own(policy, call, recompiles):
+    audit = CaseAudit("toy/clean/lengths", Budget(), dynamic=policy)
+    compiled = audit.compile(toys.Clean(), **call)
+    for length in (2, 3):
+        with audit.phase(f"call-{length}", "eval"), torch.no_grad():
+            compiled(torch.randn(length, 4))
+    assert len(audit.result.recompiles) == recompiles
 
 
 POLICY_CONFTEST = (
@@ -71,7 +89,7 @@ from compile_audit.probe.policy import CompilePolicy
 
 
 def pytest_compile_gate_policy(case, audited, config):
-    return CompilePolicy(dynamo={"fake_tensor_cache_enabled": False}, threads=1) if audited else None
+    return CompilePolicy(dynamo={"fake_tensor_cache_enabled": False}, threads=1, dynamic=False) if audited else None
 """
 )
 
@@ -86,6 +104,11 @@ def test_forward(case, case_audit):
     compiled = case_audit.compile(torch.nn.ReLU())
     with case_audit.phase("call-1", "eval"):
         compiled(torch.ones(2, 3))
+    # Static shapes, as the policy says: each new length recompiles (automatic dynamic shapes would stop after one).
+    for length in (4, 5):
+        with case_audit.phase(f"call-{length}", "eval", expect=("size mismatch",)):
+            compiled(torch.ones(length, 3))
+    assert [r.phase for r in case_audit.result.recompiles] == ["call-4", "call-5"]
 """
 
 
@@ -97,4 +120,4 @@ def test_the_gate_applies_the_zoos_policy_to_the_case_and_records_it(pytester: p
     result = pytester.runpytest_subprocess("-p", "no:randomly", "-k", "clean", "--compile-report=report.json")
     result.assert_outcomes(passed=1)
     (record,) = json.loads((pytester.path / "report.json").read_text())["cases"]
-    assert record["policy"] == {"dynamo": {"fake_tensor_cache_enabled": False}, "threads": 1}
+    assert record["policy"] == {"dynamo": {"fake_tensor_cache_enabled": False}, "threads": 1, "dynamic": False}

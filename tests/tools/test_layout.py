@@ -1,5 +1,6 @@
-"""The tools' place in the one-way dependencies (docs/architecture.md): gate_tools imports compile_audit and nothing of
-the zoo, the plugin or the tests; nothing of compile_audit, compile_gate or bench_models imports gate_tools."""
+"""The layout docs/architecture.md states, enforced: the one-way dependencies (gate_tools imports compile_audit and
+nothing of the zoo, the plugin or the tests; nothing of compile_audit, compile_gate or bench_models imports gate_tools;
+compile_audit's layers import only downwards), no import cycle, and every module and data file named there."""
 
 from __future__ import annotations
 
@@ -141,3 +142,31 @@ def test_no_module_imports_one_that_imports_it(package):
 def test_an_import_cycle_is_named():
     graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": set()}
     assert cycles(graph) == [["a.x", "a.y", "a.z", "a.x"]]
+
+
+DOCUMENTED = ("compile_audit", "compile_gate", "bench_models", "gate_tools", "scripts", "tests/plugins", "tests/tools")
+
+
+def undocumented(root: Path, text: str) -> list[str]:
+    """Modules of the documented packages, and data files of tests/, that docs/architecture.md never names."""
+    files = [path for folder in DOCUMENTED for path in (root / folder).rglob("*.py") if not path.name.startswith("_")]
+    files += [*(root / "tests").glob("*.json"), *(root / "tests").glob("*.toml")]
+    test_modules = ("test_",)  # a folder's tests are described with their folder
+    return sorted(
+        str(path.relative_to(root))
+        for path in files
+        if not path.name.startswith(test_modules) and path.name not in text and path.stem not in text
+    )
+
+
+def test_architecture_names_every_module_and_data_file():
+    assert not undocumented(ROOT, (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+
+
+def test_a_module_the_architecture_does_not_name_is_listed(tmp_path):
+    (tmp_path / "gate_tools").mkdir()
+    (tmp_path / "gate_tools" / "named.py").write_text("")
+    (tmp_path / "gate_tools" / "forgotten.py").write_text("")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "weights.json").write_text("{}")
+    assert undocumented(tmp_path, "named.py: one job") == ["gate_tools/forgotten.py", "tests/weights.json"]

@@ -40,6 +40,14 @@ _DEFINITIONS = (*_FUNCTIONS, ast.ClassDef)
 _COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
 
 
+def _joined(first: ast.FunctionDef | ast.AsyncFunctionDef, second: ast.FunctionDef | ast.AsyncFunctionDef):
+    """Two definitions of one name as one function: its body runs either's statements, in the file's order."""
+    joined = copy.copy(first)
+    joined.body = [*first.body, *second.body]
+    joined.decorator_list = [*first.decorator_list, *second.decorator_list]
+    return joined
+
+
 class UnparsableSource(ValueError):
     """A file that does not parse: nothing in it can be mapped."""
 
@@ -326,8 +334,16 @@ class _ModuleBuilder:
                 self.statement(statement, scope)
 
     def function(self, node: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str) -> None:
-        self.functions[qualname] = FunctionDef(qualname, _dump(node), _is_cached(node), node.lineno, node)
-        self.identifiers[qualname] = _identifiers(node)
+        earlier = self.functions.get(qualname)
+        if earlier is None:
+            self.functions[qualname] = FunctionDef(qualname, _dump(node), _is_cached(node), node.lineno, node)
+        else:
+            # A second definition under the same name (a property's setter or deleter, a redefinition): its code has
+            # the same co_qualname, so the footprints hold both as one function, and so does the comparison.
+            joined = _joined(earlier.node, node)
+            dump = f"{earlier.dump}\n{_dump(node)}"
+            self.functions[qualname] = FunctionDef(qualname, dump, _is_cached(joined), earlier.lineno, joined)
+        self.identifiers[qualname] = _identifiers(self.functions[qualname].node)
         for child in _nested_definitions(node):
             if isinstance(child, _FUNCTIONS):
                 self.function(child, f"{qualname}.<locals>.{child.name}")

@@ -25,6 +25,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -166,11 +167,16 @@ class Harness:
             outcome.head = {case: "error" for case in outcome.sample}
             return
         outcome.head, raw = _verdicts(report)
-        if outcome.plant.breaks:
-            mark = f"{outcome.plant.path}:{outcome.plant.line}"
-            outcome.probe_misses = [
-                case for case, status in outcome.head.items() if status == "passed" and mark in raw.get(case, "")
-            ]
+        outcome.probe_misses = probe_misses(outcome.plant, outcome.head, raw)
+
+
+def probe_misses(plant: Plant, verdicts: Mapping[str, str], records: Mapping[str, str]) -> list[str]:
+    """The cases that passed although their record (JSON text) names the planted line of a plant that breaks."""
+    if not plant.breaks:
+        return []
+    # The planted line, not one whose number starts with it (layer.py:25 is not layer.py:259).
+    mark = re.compile(re.escape(f"{plant.path}:{plant.line}") + r"(?!\d)")
+    return [case for case, status in verdicts.items() if status == "passed" and mark.search(records.get(case, ""))]
 
 
 def summary(outcomes: Sequence[Outcome], seconds: Mapping[str, float]) -> str:

@@ -111,6 +111,28 @@ def test_a_changed_function_selects_exactly_the_cases_that_ran_it(tmp_path):
     )
 
 
+PROPERTY = (
+    "\n\nclass Model:\n"
+    "    @property\n    def config(self):\n        return self._config\n\n"
+    "    @config.setter\n    def config(self, value):\n        self._config = value\n"
+)
+
+
+@pytest.mark.parametrize("changed", ["return self._config", "self._config = value"])
+def test_a_propertys_getter_or_setter_changed_selects_the_cases_that_ran_the_property(tmp_path, changed):
+    """Getter and setter share one code name (``Model.config``), so the footprints hold them as one function: a
+    change to either is a change to it, whichever definition comes last in the class."""
+    footprints = Footprints(
+        TOY_FOOTPRINTS.cases, {**TOY_FOOTPRINTS.runs, "toy/layer.py::Model.config": frozenset({"m/c/train"})}
+    )
+    base = _toy(tmp_path / "base", {"layer.py": BASE["layer.py"] + PROPERTY})
+    planted = PROPERTY.replace(changed, f"torch._dynamo.graph_break()\n        {changed}")
+    head = _toy(tmp_path / "head", {"layer.py": BASE["layer.py"] + planted})
+    chosen = select_between(footprints, base, head)
+    assert chosen.cases == ("m/c/train",), chosen.reasons
+    assert chosen.reasons[0].startswith("toy/layer.py::Model.config: changed")
+
+
 def test_docstrings_comments_formatting_and_annotations_select_nothing(tmp_path):
     layer = (
         BASE["layer.py"]

@@ -4,6 +4,7 @@ is a miss that fails the run."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import textwrap
@@ -14,7 +15,7 @@ import pytest
 from compile_audit.artifacts.footprints_file import Footprints
 from compile_audit.case_ids import CaseId
 from gate_tools.recall import harness
-from gate_tools.recall.harness import Outcome, summary
+from gate_tools.recall.harness import Outcome, probe_misses, summary
 from gate_tools.recall.sampling import sample_cases, stratified
 from gate_tools.recall.sites import BREAK, MARK, SHAPES, Plant, Sites, by_shape
 from tests.selftest import fake_reports
@@ -226,3 +227,15 @@ def _selection(cases: frozenset[str]):
     from compile_audit.artifacts.change_selection import Selection
 
     return Selection(False, tuple(sorted(cases)), ("toy",), ("toy/layer.py",))
+
+
+def test_a_probe_miss_is_a_passed_case_whose_record_names_the_planted_line_itself():
+    plant = Plant("import-rebound", "peft/tuners/shira/layer.py", 25, "resolve", BREAK, True)
+    records = {
+        "m/shira/a": '{"location": "peft/tuners/shira/layer.py:25"}',
+        "m/shira/b": '{"location": "peft/tuners/shira/layer.py:259"}',  # another line, not the plant's
+        "m/shira/c": '{"location": "peft/tuners/shira/layer.py:25"}',
+    }
+    verdicts = {"m/shira/a": "passed", "m/shira/b": "passed", "m/shira/c": "failed"}
+    assert probe_misses(plant, verdicts, records) == ["m/shira/a"]
+    assert probe_misses(dataclasses.replace(plant, breaks=False), verdicts, records) == []

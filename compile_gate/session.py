@@ -2,7 +2,9 @@
 in memory; :meth:`GateSession.finish` writes the budgets file and the report, each once.
 
 Under xdist every item runs on a worker; what the controller needs travels as ``user_properties`` of the
-test reports (plain data), and only the controller finishes the session.
+test reports (plain data), and only the controller finishes the session. There each case becomes a
+:class:`~compile_audit.artifacts.records.CaseRecord`, the type every reader of a report uses: the report is those
+records' JSON, and a field the record does not know cannot be written.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from compile_audit.artifacts.json_fields import Where
+from compile_audit.artifacts.records import CaseRecord, written
 from compile_audit.artifacts.report import build_report, write_report
 from compile_audit.files import exclusive
 from compile_audit.rules.budgets import Budget, BudgetFile
@@ -38,7 +42,7 @@ class GateSession:
     benchmarks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by case id
     proposals: dict[str, Budget] = dataclasses.field(default_factory=dict)  # by case id
     lines: list[str] = dataclasses.field(default_factory=list)  # the end-of-run notes
-    cases: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # set by finish()
+    cases: list[CaseRecord] = dataclasses.field(default_factory=list)  # set by finish()
 
     # ------------------------------------------------------------------ while running
 
@@ -77,7 +81,7 @@ class GateSession:
 
     # ------------------------------------------------------------------ at the end
 
-    def finish(self, known_case_ids: set[str] | None) -> list[dict[str, Any]]:
+    def finish(self, known_case_ids: set[str] | None) -> list[CaseRecord]:
         self.cases = self._cases()
         stale = self.budget_file.stale(known_case_ids) if known_case_ids is not None else []
         if self.updating:
@@ -87,11 +91,12 @@ class GateSession:
         if stale and not self.updating:
             self.lines.append(f"stale budget entries (no such case any more; --update-budgets removes them): {stale}")
         if self.report_path is not None:
-            write_report(self.report_path, build_report(self.cases, self.versions, self.gated_libraries))
+            cases = [case.to_dict() for case in self.cases]
+            write_report(self.report_path, build_report(cases, self.versions, self.gated_libraries))
             self.lines.append(f"compile report written to {self.report_path}")
         return self.cases
 
-    def _cases(self) -> list[dict[str, Any]]:
+    def _cases(self) -> list[CaseRecord]:
         cases = {}
         for nodeid, record in self.records.items():
             status, message = self.outcomes.get(nodeid, ("error", "no outcome recorded"))
@@ -101,7 +106,7 @@ class GateSession:
                 status, message = self.outcomes.get(entry["nodeid"], ("error", "no outcome recorded"))
                 cases[case_id] = {**entry["fields"], "audited": False, "status": status, "message": message}
             cases[case_id]["benchmarks"] = {**(cases[case_id].get("benchmarks") or {}), **entry["figures"]}
-        return list(cases.values())
+        return [written(case, Where("the compile gate's records")) for case in cases.values()]
 
     def _record_budgets(self) -> None:
         """The judged file with this run's proposals applied, written to ``record_path``; the judged file is left

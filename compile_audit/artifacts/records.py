@@ -76,9 +76,9 @@ class RecompileEvent(_Record):
     expected: bool = False
     reason: str = ""
     signature: str = ""  # the identity the budgets record (Recompile.signature)
+    failures: tuple[GuardFailure, ...] = ()
     # Listed under a root (recompiles.events); None in a phase's own list, which does not say.
     consequence: bool | None = None
-    failures: tuple[GuardFailure, ...] = ()
 
     @classmethod
     def from_dict(cls, data: Any, where: Where) -> RecompileEvent:
@@ -119,13 +119,13 @@ class LimitHit(_Record):
 @dataclasses.dataclass(frozen=True)
 class Recompiles(_Record):
     count: int = 0  # judged on their own (not listed under a root)
-    budget: int | None = None  # None: any number of expected ones
     unexpected: int = 0
-    unexpected_budget: int = 0
     signatures: tuple[str, ...] = ()  # of the unexpected ones
-    consequences: int = 0  # listed under a root
     limit_hits: tuple[LimitHit, ...] = ()
     events: tuple[RecompileEvent, ...] = ()  # every recompile, consequences included
+    consequences: int = 0  # listed under a root
+    budget: int | None = None  # None: any number of expected ones
+    unexpected_budget: int = 0
 
     @classmethod
     def from_dict(cls, data: Any, where: Where) -> Recompiles:
@@ -189,11 +189,11 @@ class Root(_Record):
 @dataclasses.dataclass(frozen=True)
 class GraphBreaks(_Record):
     count: int = 0  # roots
-    budget: int = 0
     signatures: tuple[str, ...] = ()  # the roots' identities
-    records: int = 0  # every graph-break record, the frames a root sent back to Python included
     roots: tuple[Root, ...] = ()
+    records: int = 0  # every graph-break record, the frames a root sent back to Python included
     calls: tuple[Mapping[str, Any], ...] = ()  # those records per phase, as the probe wrote them
+    budget: int = 0
 
     @classmethod
     def from_dict(cls, data: Any, where: Where) -> GraphBreaks:
@@ -275,6 +275,7 @@ class Phase(_Record):
     guards: int = 0
     compile_seconds: float = 0.0
     seconds: float = 0.0
+    dynamo_counted_breaks: int = 0  # Dynamo's own graph-break counter over the phase (the reconciliation's input)
     graph_breaks: int = 0
     recompiles: tuple[RecompileEvent, ...] = ()
     limit_hits: tuple[LimitHit, ...] = ()
@@ -292,6 +293,7 @@ class Phase(_Record):
             **{count: field_value(data, count, where, int, 0) for count in cls.COUNTS},
             compile_seconds=field_value(data, "compile_seconds", where, float, 0.0),
             seconds=field_value(data, "seconds", where, float, 0.0),
+            dynamo_counted_breaks=field_value(data, "dynamo_counted_breaks", where, int, 0),
             graph_breaks=field_value(data, "graph_breaks", where, int, 0),
             recompiles=records(data, "recompiles", where, RecompileEvent),
             limit_hits=records(data, "limit_hits", where, LimitHit),
@@ -328,8 +330,6 @@ class CaseRecord(_Record):
     scenario: str | None = None
     device: str | None = None
     backend: str | None = None
-    status: str  # "passed" | "failed" | "skipped" | "xfailed" | "error"
-    message: str | None = None  # the failure text, skip reason or known-failure reason
     # Compiled and measured (a skip, or a crash before compiling, was not); a record that does not say was audited
     # when it has phases. Its counts compare with another run's, a known failure's included: it stops where it
     # always stops, at the end of the phase that hit the recompile limit, so a new break in it is a regression.
@@ -346,11 +346,13 @@ class CaseRecord(_Record):
     footprint: Mapping[str, Any] = _empty()  # file -> the functions of it the case ran
     footprint_lines: Mapping[str, Any] = _empty()  # file -> the lines the case ran
     problems: tuple[Problem, ...] = ()
-    headline: str | None = None  # the verdict's first line
     raised: str | None = None  # the type of the exception the test body raised
     error: str | None = None  # its message's first line
+    headline: str | None = None  # the verdict's first line
     policy: Mapping[str, Any] = _empty()
     benchmarks: Mapping[str, Any] = _empty()
+    status: str  # "passed" | "failed" | "skipped" | "xfailed" | "error"
+    message: str | None = None  # the failure text, skip reason or known-failure reason
     extra: Mapping[str, Any] = _empty()
 
     @property
@@ -393,12 +395,34 @@ class CaseRecord(_Record):
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The report's JSON of the case: the identity (a zoo's own fields after this suite's), then the rest."""
         data = super().to_dict()
         extra = data.pop("extra")
         for field in ZOO_FIELDS:
             if data[field] is None:
                 del data[field]
-        return {**data, **extra}
+        identity = [key for key in ("id", "tier", *ZOO_FIELDS) if key in data]
+        return {**{key: data[key] for key in identity}, **extra, **{k: v for k, v in data.items() if k not in identity}}
 
 
 _CASE_FIELDS = frozenset(field.name for field in dataclasses.fields(CaseRecord)) - {"extra"}
+
+
+def written(data: Any, where: Where) -> CaseRecord:
+    """The record of a case as its writer built it (the plugin's JSON data), refused with ReportError where a field
+    would not survive: the report is the record's JSON, so a field the record does not know must be added to it."""
+    case = CaseRecord.from_dict(data, where)
+    lost = _lost(data, case.to_dict(), "")
+    if lost:
+        raise where.error(f"{', '.join(lost)}: written, but no field of the record holds it ({__name__})")
+    return case
+
+
+def _lost(data: Any, kept: Any, path: str) -> list[str]:
+    if isinstance(data, Mapping) and isinstance(kept, Mapping):
+        lost = [f"{path}{key}" for key in data if key not in kept]
+        return lost + [name for key in data if key in kept for name in _lost(data[key], kept[key], f"{path}{key}.")]
+    if isinstance(data, list | tuple) and isinstance(kept, list | tuple):
+        pairs = enumerate(zip(data, kept, strict=False))  # a record keeps every item of a list
+        return [name for i, (a, b) in pairs for name in _lost(a, b, f"{path.rstrip('.')}[{i}].")]
+    return []

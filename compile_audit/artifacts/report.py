@@ -127,17 +127,7 @@ def parse_report(data: Any, path: str | Path) -> ReportCases:
 
 
 # ----------------------------------------------------------------------------- terminal table
-# The session's records as it builds them, before any file: a case skipped in setup has no counts ("-").
-
-
-def _section(case: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    value = case.get(name)
-    return value if isinstance(value, dict) else {}
-
-
-def _count(case: Mapping[str, Any], name: str, key: str) -> int:
-    value = _section(case, name).get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+# The session's records: a case never audited (skipped in setup, say) has no counts ("-").
 
 
 def _fraction(value: Any, budget: Any) -> str:
@@ -146,26 +136,23 @@ def _fraction(value: Any, budget: Any) -> str:
     return f"{value}/{'exp' if budget is None else budget}"
 
 
-def summary_table(cases: list[dict[str, Any]]) -> list[str]:
+def summary_table(cases: Sequence[CaseRecord]) -> list[str]:
     """Fixed-width lines: case, graph breaks/budget, DDP splits/budget (when a case has any), recompiles/budget
-    (unexpected), seconds, status."""
-    with_splits = any(_count(c, "ddp_splits", "count") or _count(c, "ddp_splits", "budget") for c in cases)
+    (unexpected), seconds, status; a case never audited has no counts ("-")."""
+    with_splits = any(case.ddp_splits.count or case.ddp_splits.budget for case in cases)
     rows = [("case", "breaks", *(("splits",) if with_splits else ()), "recompiles", "unexpected", "seconds", "status")]
-    for case in sorted(cases, key=lambda c: c["id"]):
-        breaks, recompiles = _section(case, "graph_breaks"), _section(case, "recompiles")
-        splits = _section(case, "ddp_splits")
-        seconds = case.get("wall_seconds")
-        hits = recompiles.get("limit_hits")
-        limit_hit = isinstance(hits, list) and any(isinstance(hit, dict) for hit in hits)
-        status = case["status"] + (" (recompile limit hit)" if limit_hit else "")
+    for case in sorted(cases, key=lambda c: c.id):
+        breaks, recompiles, splits = case.graph_breaks, case.recompiles, case.ddp_splits
+        counts = case.audited
+        status = case.status + (" (recompile limit hit)" if recompiles.limit_hits else "")
         rows.append(
             (
-                case["id"],
-                _fraction(breaks.get("count"), breaks.get("budget", 0)),
-                *((_fraction(splits.get("count"), splits.get("budget", 0)),) if with_splits else ()),
-                _fraction(recompiles.get("count"), recompiles.get("budget")),
-                _fraction(recompiles.get("unexpected"), recompiles.get("unexpected_budget", 0)),
-                "-" if seconds is None else f"{seconds:.1f}",
+                case.id,
+                _fraction(breaks.count if counts else None, breaks.budget),
+                *((_fraction(splits.count if counts else None, splits.budget),) if with_splits else ()),
+                _fraction(recompiles.count if counts else None, recompiles.budget),
+                _fraction(recompiles.unexpected if counts else None, recompiles.unexpected_budget),
+                "-" if case.wall_seconds is None else f"{case.wall_seconds:.1f}",
                 status,
             )
         )

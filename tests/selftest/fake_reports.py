@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from compile_audit.artifacts import records
 from compile_audit.artifacts.json_fields import Where
 from compile_audit.artifacts.records import CaseRecord
 from compile_audit.artifacts.report import SCHEMA
@@ -74,7 +75,8 @@ def case(
     benchmarks: dict | None = None,
     audited: bool | None = None,
 ) -> dict[str, Any]:
-    """One case record; a skipped case (by default an error too) is not audited: no phases, zero counts."""
+    """One case record, as the plugin writes it (a CaseRecord's JSON: every field, the unset ones empty); a skipped
+    case (by default an error too) is not audited: no phases, zero counts."""
     parsed = CaseId.parse(case_id)
     model, method, scenario, device, backend = (
         parsed.model,
@@ -102,31 +104,42 @@ def case(
         }
         for name in phase_names
     ]
-    return {
-        "id": case_id,
-        "model": model,
-        "method": method,
-        "scenario": scenario,
-        "device": device,
-        "backend": backend,
-        "tier": "cpu" if device == "cpu" else "cuda",
-        "audited": audited,
-        "wall_seconds": 4.2 if audited else 0.0,
-        "status": status,
-        "message": message,
-        "graph_breaks": {"count": count, "budget": break_budget, "roots": [root_of(b) for b in breaks], "calls": calls},
-        "recompiles": {
-            "count": len(recompiles),
-            "unexpected": sum(not r["expected"] for r in recompiles),
-            "budget": recompile_budget,
-            "unexpected_budget": 0,
-            "events": recompiles,
-        },
-        "steady_state_compiles": 0,
-        "compile_seconds": 4.5 if audited else 0.0,
-        "phases": phases,
-        "benchmarks": benchmarks or {},
-    }
+    return written(
+        {
+            "id": case_id,
+            "model": model,
+            "method": method,
+            "scenario": scenario,
+            "device": device,
+            "backend": backend,
+            "tier": "cpu" if device == "cpu" else "cuda",
+            "audited": audited,
+            "wall_seconds": 4.2 if audited else 0.0,
+            "status": status,
+            "message": message,
+            "graph_breaks": {
+                "count": count,
+                "budget": break_budget,
+                "roots": [root_of(b) for b in breaks],
+                "calls": calls,
+            },
+            "recompiles": {
+                "count": len(recompiles),
+                "unexpected": sum(not r["expected"] for r in recompiles),
+                "budget": recompile_budget,
+                "unexpected_budget": 0,
+                "events": recompiles,
+            },
+            "steady_state_compiles": 0,
+            "compile_seconds": 4.5 if audited else 0.0,
+            "phases": phases,
+            "benchmarks": benchmarks or {},
+        }
+    )
+
+
+def written(data: dict[str, Any]) -> dict[str, Any]:
+    return records.written(data, Where("fake report")).to_dict()
 
 
 def record(data: dict[str, Any]) -> CaseRecord:
@@ -153,7 +166,7 @@ def plugin_case(case_id: str = "llama-tiny/loha/train-eval-train") -> dict[str, 
     events[0]["consequence"], events[1]["consequence"] = False, True
     limit_hit = {"phase": "train-4", "frame": DEPRECATION_FRAME, "limit": "recompile_limit (8)", "last_guard": "x"}
     for index, phase in enumerate(data["phases"]):
-        phase.update(operations_captured=40 + index, guards=12 + index, limit_hits=[])
+        phase.update(operations_captured=40 + index, guards=12 + index, limit_hits=[], dynamo_counted_breaks=index)
     data["phases"][2]["limit_hits"] = [limit_hit]
     data["phases"][1]["ddp_splits"] = [{"pieces": 2, "bucket_bytes_cap": 1024, "bucket_params": [3, 4]}]
     data["graph_breaks"].update(signatures=[data["graph_breaks"]["roots"][0]["identity"]], records=8)

@@ -194,12 +194,12 @@ def test_a_ddp_splits_budget_needs_a_note(tmp_path):
 def test_ddp_splits_show_in_the_terminal_table_and_the_matrix():
     split = {**fake_reports.case("llama-tiny/lora/ddp"), "ddp_splits": {"count": 4, "budget": 4}}
     plain = fake_reports.case("llama-tiny/lora/train-eval-train")
-    header, *rows = summary_table([split, plain])
+    header, *rows = summary_table([fake_reports.record(split), fake_reports.record(plain)])
     assert header.split() == ["case", "breaks", "splits", "recompiles", "unexpected", "seconds", "status"]
     assert rows[0].split()[:3] == ["llama-tiny/lora/ddp", "0/0", "4/4"]
     assert "4 DDP splits" in matrix.cell(fake_reports.record(split), matrix.Footnotes())
     assert "DDP splits" not in matrix.cell(fake_reports.record(plain), matrix.Footnotes())
-    assert "splits" not in summary_table([plain])[0]
+    assert "splits" not in summary_table([fake_reports.record(plain)])[0]
 
 
 def test_a_change_of_ddp_splits_shows_in_the_diff():

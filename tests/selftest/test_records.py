@@ -11,7 +11,7 @@ import pytest
 
 from compile_audit.artifacts import diff, matrix
 from compile_audit.artifacts.json_fields import Where
-from compile_audit.artifacts.records import CaseRecord
+from compile_audit.artifacts.records import CaseRecord, written
 from compile_audit.artifacts.report import SCHEMA, ReportError, read_cases
 from tests.selftest import fake_reports as fake
 
@@ -130,3 +130,13 @@ def test_a_record_without_audited_is_audited_when_it_has_phases():
     assert fake.record(with_phases).audited is True
     assert fake.record(without).audited is False
     assert fake.record({**with_phases, "audited": False}).audited is False
+
+
+def test_the_session_writes_records_and_refuses_a_field_no_record_holds():
+    """The report is the records' JSON: what the plugin wrote comes back whole, and a field it wrote that no record
+    holds (a phase's new count, say) is refused by name rather than dropped."""
+    data = fake.plugin_case(LOHA)
+    assert written(data, Where("plugin")).to_dict() == data
+    data["phases"][1]["new_count"] = 3
+    with pytest.raises(ReportError, match=r"phases\[1\]\.new_count: written, but no field of the record holds it"):
+        written(data, Where("plugin"))

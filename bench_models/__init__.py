@@ -10,9 +10,10 @@ with quiet_optional_backends():
     import peft  # noqa: F401  (first, here: its optional backends' import-time warnings stay quiet)
 
 from .installed_peft import peft_lacks
-from .methods import EXCLUDED_PEFT_TYPES, METHODS, OPERATIONS, Method, get_method
+from .methods import EXCLUDED_PEFT_TYPES, OPERATIONS, Method
 from .models import MODELS, ModelSpec, build_base_model, get_spec, library_versions
 from .peft_models import add_adapter, build_method_base, build_peft_model
+from .registry import METHODS, get_method
 from .skip_reasons import operation_skip_reason, skip_reason
 from .slices import CORE_METHODS
 from .workloads import eval_step, make_batch, make_optimizer, train_step

@@ -10,8 +10,8 @@ import types
 import peft
 
 from .config_builders import Options
-from .methods import get_method
 from .models import get_spec
+from .registry import get_method
 
 # Lifecycle operations that need a PEFT API beyond get_peft_model, as dotted names.
 OPERATION_PEFT_APIS: dict[str, tuple[str, ...]] = {

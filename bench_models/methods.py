@@ -616,16 +616,3 @@ _RETIRED_PEFT_TYPES = {
 EXCLUDED_PEFT_TYPES: dict[str, str] = {
     name: reason for name, reason in _RETIRED_PEFT_TYPES.items() if name in peft.PeftType.__members__
 }
-
-# Imported here, not at the top: derivation builds Methods, so it needs this module's definitions first.
-from .derived_methods import derived_methods  # noqa: E402
-
-# The registry's entries, then a derived method for every PeftType of the installed peft they do not cover.
-METHODS: dict[str, Method] = {**REGISTERED, **derived_methods(REGISTERED, EXCLUDED_PEFT_TYPES)}
-
-
-def get_method(method_name: str) -> Method:
-    try:
-        return METHODS[method_name]
-    except KeyError:
-        raise ValueError(f"unknown method {method_name!r}; valid methods: {', '.join(METHODS)}") from None

@@ -5,8 +5,9 @@ from __future__ import annotations
 import peft
 import torch
 
-from .methods import Operation, get_method
+from .methods import Operation
 from .models import build_base_model, get_spec
+from .registry import get_method
 from .skip_reasons import skip_reason
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import importlib.util
 
 from .installed_peft import operation_lacks, peft_lacks
-from .methods import OPERATIONS, ZOO_RULES, Architecture, Method, Operation, Task, get_method
+from .methods import OPERATIONS, ZOO_RULES, Architecture, Method, Operation, Task
 from .models import ModelSpec, get_spec
 from .quantized import method_on_quantized_skip_reason, operation_on_quantized_skip_reason, quantization_skip_reason
+from .registry import get_method
 
 # How a limit's reason reads in a skip message, by what its selector names.
 _MESSAGES = {

@@ -7,8 +7,8 @@ import weakref
 import torch
 
 from .config_builders import NUM_TASKS
-from .methods import get_method
 from .models import CAUSAL_LM, get_spec
+from .registry import get_method
 
 # Token ids below this are kept free for pad/bos/eos.
 _FIRST_TOKEN_ID = 3

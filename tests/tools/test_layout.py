@@ -100,19 +100,36 @@ def test_artifacts_import_no_torch():
     assert not {path: names for path, names in heavy.items() if names}
 
 
-def module_imports(package: str) -> dict[str, set[str]]:
-    """Each module of the package (dotted) -> the modules of the project it imports, at any depth of its code."""
+def module_imports(package: str, root: Path = ROOT) -> dict[str, set[str]]:
+    """Each module of the package (dotted) -> the modules of the project it imports, absolute or relative, at any
+    depth of its code."""
     found = {}
-    for path in sorted((ROOT / package).rglob("*.py")):
-        dotted = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    for path in sorted((root / package).rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        dotted = ".".join(parts).removesuffix(".__init__")
+        home = list(parts[:-1])  # the package a relative import starts from
         names = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 names |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(home[: len(home) - node.level + 1] if node.level else [])
+                module = ".".join(filter(None, [base, node.module or ""]))
+                # ``from . import x`` imports the submodule x; its package's __init__ runs for any import of it
+                names |= {module} if node.module else set()
+                names |= {f"{module}.{alias.name}" for alias in node.names}
         found[dotted] = {name for name in names if name.split(".")[0] == package.split("/")[0]}
     return {module: {name for name in names if name in found and name != module} for module, names in found.items()}
+
+
+def test_a_relative_import_is_an_import(tmp_path):
+    (tmp_path / "zoo").mkdir()
+    (tmp_path / "zoo" / "__init__.py").write_text("")
+    (tmp_path / "zoo" / "methods.py").write_text("from .derived import make\n")
+    (tmp_path / "zoo" / "derived.py").write_text("def make():\n    from . import methods\n")
+    graph = module_imports("zoo", tmp_path)
+    assert graph["zoo.methods"] == {"zoo.derived"} and graph["zoo.derived"] == {"zoo.methods"}
+    assert cycles(graph) == [["zoo.derived", "zoo.methods", "zoo.derived"]]
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

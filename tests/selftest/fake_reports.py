@@ -12,6 +12,7 @@ from compile_audit.artifacts.json_fields import Where
 from compile_audit.artifacts.records import CaseRecord
 from compile_audit.artifacts.report import SCHEMA
 from compile_audit.case_ids import CaseId
+from compile_audit.frames import Guard
 from compile_audit.normalize import normalize
 from compile_audit.probe.guards import parse_guard_failure
 
@@ -50,12 +51,12 @@ def root_of(brk: dict[str, Any]) -> dict[str, Any]:
 
 
 def recompile(phase: str, reason: str, expected: bool, frame: str = "forward at peft/peft_model.py:1801") -> dict:
-    compile_id = reason.split(":", 1)[0]
-    guard = reason.split(": ", 1)[-1]
+    compile_id = Guard.parse(reason).entry
+    guard = reason.removeprefix(f"{compile_id}: ")
     return {
         "phase": phase,
         "frame": frame,
-        "compile_id": compile_id.split("/")[0] + "/1",
+        "compile_id": compile_id.partition("/")[0] + "/1",  # the frame's next compile
         "expected": expected,
         "reason": reason,
         "signature": f"{normalize(frame)}: {parse_guard_failure(guard).kind}",  # as Recompile.signature makes it

@@ -118,7 +118,7 @@ class GateSession:
         self.lines.append(f"budgets recorded: {len(self.proposals)} case(s) written -> {self.record_path}")
 
     def _proposal_tiers(self) -> dict[str, str]:
-        tiers = {case["id"]: case.get("tier") or "cpu" for case in self.cases}
+        tiers = {case.id: case.tier or "cpu" for case in self.cases}
         return {case_id: tiers.get(case_id, "cpu") for case_id in self.proposals}
 
     def _update_budgets(self, stale: list[str]) -> None:

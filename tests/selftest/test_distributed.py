@@ -34,7 +34,9 @@ TIMEOUT_S = 30
 
 
 def _launch(fn, *args, timeout=TIMEOUT_S, tmp_path):
-    return ranks.launch(fn, args, world_size=WORLD_SIZE, timeout=timeout, workdir=tmp_path, start_method="fork")
+    # The cases' own start method (forkserver): forking this process is refused by torch once autograd's threads
+    # have run in it, as earlier self-tests make them do on some Pythons (3.13).
+    return ranks.launch(fn, args, world_size=WORLD_SIZE, timeout=timeout, workdir=tmp_path)
 
 
 def train_alone(shipped, rank, world_size, sync):

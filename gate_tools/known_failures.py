@@ -11,7 +11,8 @@ known_* field names (from the report's fields: the frame at the limit, the type 
 while that happens and fails the run once it no longer does. Each reason it writes starts with "proposed: ", and
 tests/test_budgets_file.py fails until a person rewrites it in their own words (or removes it for a cause's
 known_failures that explains the failure). Cases over budget are not marked (record their budget with
---update-budgets). An existing known_failure is kept. Exit status: 0, or 2 on bad input.
+--update-budgets). An existing known failure is kept, and extended where the case now also fails on a problem it
+does not hold (see ``extended``). Exit status: 0, or 2 on bad input.
 """
 
 from __future__ import annotations
@@ -26,7 +27,14 @@ from compile_audit.artifacts.report import read_cases
 from compile_audit.files import exclusive
 from compile_audit.frames import Guard
 from compile_audit.normalize import normalize, without_ids, without_lines
-from compile_audit.rules.budgets import PROPOSED_REASON, Budget, BudgetFile, BudgetFileError
+from compile_audit.rules.budgets import (
+    PROPOSED_REASON,
+    Budget,
+    BudgetFile,
+    BudgetFileError,
+    known_failure_identities,
+)
+from compile_audit.rules.causes import Cause
 from compile_audit.rules.verdict import BUDGET_KINDS as VERDICT_BUDGET_KINDS
 from compile_audit.rules.verdict import limit_frame
 from gate_tools import checkout
@@ -87,6 +95,33 @@ def held_by(case: CaseRecord) -> dict[str, str | tuple[str, ...]] | None:
     return {field: names for field, names in held.items() if names} or None
 
 
+def extended(
+    case_id: str, previous: Budget, held: dict[str, str | tuple[str, ...]], reason: str, causes: dict[str, Cause]
+) -> Budget | None:
+    """A known failure that now fails on more than it holds (a second frame at the recompile limit, a check): the
+    entry holding those too, or None when it already holds them all (or holds a raise, which ends the case). The
+    entry's reason stays where a cause names each added problem (``known_failures``); otherwise it becomes a
+    proposed one that quotes the old, so that a person reviews the widening."""
+    if previous.known_raises or "known_raises" in held:
+        return None
+    added = {
+        field: tuple(name for name in held.get(field, ()) if name not in getattr(previous, field))
+        for field in ("known_recompile_limit", "known_check")
+    }
+    if not any(added.values()):
+        return None
+    entry = dataclasses.replace(
+        previous, **{field: (*getattr(previous, field), *names) for field, names in added.items()}
+    )
+    identities = known_failure_identities(case_id, dataclasses.replace(previous, **added))
+    if previous.known_failure or not all(
+        any(cause.explains_known_failure(identity) for cause in causes.values()) for identity in identities
+    ):
+        widened = f"{PROPOSED_REASON}{previous.known_reason}; now also: {reason}"
+        entry = dataclasses.replace(entry, known_failure=widened)
+    return entry
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="scripts/record_known_failures.py",
@@ -118,13 +153,19 @@ def main(argv: list[str] | None = None) -> int:
             for case_id, (reason, held) in sorted(marks.items()):
                 previous = budgets.entries.get(case_id)
                 if previous is not None and previous.known:
-                    continue
-                budgets.entries[case_id] = dataclasses.replace(
-                    previous or Budget(), known_failure=PROPOSED_REASON + reason, recorded=True, **held
-                )
+                    entry = extended(case_id, previous, held, reason, budgets.causes)
+                    if entry is None:
+                        continue
+                    verb = "extended"
+                else:
+                    entry = dataclasses.replace(
+                        previous or Budget(), known_failure=PROPOSED_REASON + reason, recorded=True, **held
+                    )
+                    verb = "marked"
+                budgets.entries[case_id] = entry
                 added.append(case_id)
                 fields = ", ".join(f"{field} = {value!r}" for field, value in held.items())
-                print(f"{case_id}: {fields}: {reason}")
+                print(f"{case_id}: {verb}: {fields}: {reason}")
             if args.write and added:
                 budgets.write()
     except BudgetFileError as exc:

@@ -138,3 +138,58 @@ def test_a_rank_says_its_own_error_in_one_line():
     assert RankOutcome(0, None, "hung past the deadline", {}, None, Path("x"), 9).summary() == (
         "rank 0 hung past the deadline and was killed"
     )
+
+
+CAUSES = """[causes."depth-growth"]
+note = "a person's reason"
+signatures = ["peft/tuners/frod/* in *: *"]
+known_failures = ["*/frod/depth*: check depth growth"]
+
+[causes."wrapper"]
+note = "the wrapper recompiles per caller"
+signatures = ["wrapped_func at transformers/utils/deprecation.py*"]
+known_failures = ["*: recompile limit at wrapped_func at transformers/utils/deprecation.py"]
+
+"""
+
+
+def test_a_known_failure_that_now_fails_on_more_is_extended_and_reviewed_unless_a_cause_names_it(tmp_path, capsys):
+    budgets = tmp_path / "budgets.toml"
+    held_by_cause = '[cases."llama-tiny/frod/depth"]\nknown_check = "depth growth"\n'
+    held_by_person = '[cases."opt-tiny/frod/save-load"]\nknown_failure = "older"\nknown_check = "saved adapter"\n'
+    budgets.write_text(CAUSES + held_by_cause + held_by_person)
+    depth = fake.case("llama-tiny/frod/depth", "failed", message="depth growth, and the wrapper at the limit")
+    depth["recompiles"]["limit_hits"] = [LIMIT_HIT]
+    depth["problems"] = [{"kind": "recompile limit", "names": []}, {"kind": "check", "names": ["depth growth"]}]
+    save = fake.case("opt-tiny/frod/save-load", "failed", message="saved adapter, and the wrapper at the limit")
+    save["recompiles"]["limit_hits"] = [LIMIT_HIT]
+    save["problems"] = [{"kind": "recompile limit", "names": []}, {"kind": "check", "names": ["saved adapter"]}]
+    report = fake.write(tmp_path / "report.json", fake.report([depth, save]))
+
+    assert record_known_failures.main([str(report), "--budgets", str(budgets), "--write"]) == 0
+    loaded = BudgetFile.load(budgets)
+    # The cause that names the wrapper's limit explains the widening: the entry keeps no reason of its own.
+    widened = loaded.entries["llama-tiny/frod/depth"]
+    assert widened.known_recompile_limit == ("wrapped_func at transformers/utils/deprecation.py",)
+    assert (widened.known_check, widened.known_failure) == (("depth growth",), "")
+    # A person's reason does not cover what it never named: the widening is proposed, quoting the old reason.
+    reviewed = loaded.entries["opt-tiny/frod/save-load"]
+    assert reviewed.known_recompile_limit == ("wrapped_func at transformers/utils/deprecation.py",)
+    assert reviewed.known_failure.startswith("proposed: older; now also: Dynamo hits its recompile_limit (8)")
+    assert loaded.proposed_reasons() == ["opt-tiny/frod/save-load"]
+    out = capsys.readouterr().out
+    assert "llama-tiny/frod/depth: extended: known_recompile_limit" in out and "marked 2 known failure(s)" in out
+
+
+def test_a_known_failure_that_holds_all_it_fails_on_is_left_alone(tmp_path, capsys):
+    budgets = tmp_path / "budgets.toml"
+    entry = '[cases."llama-tiny/frod/depth"]\nknown_check = "depth growth"\n'
+    budgets.write_text(CAUSES + entry + 'known_recompile_limit = "wrapped_func at transformers/utils/deprecation.py"\n')
+    before = budgets.read_text()
+    depth = fake.case("llama-tiny/frod/depth", "failed", message="depth growth, and the wrapper at the limit")
+    depth["recompiles"]["limit_hits"] = [LIMIT_HIT]
+    depth["problems"] = [{"kind": "recompile limit", "names": []}, {"kind": "check", "names": ["depth growth"]}]
+    report = fake.write(tmp_path / "report.json", fake.report([depth]))
+    assert record_known_failures.main([str(report), "--budgets", str(budgets), "--write"]) == 0
+    assert budgets.read_text() == before
+    assert "marked 0 known failure(s)" in capsys.readouterr().out

@@ -28,7 +28,7 @@ from compile_audit.rules.budgets import BudgetFile, BudgetFileError
 from compile_audit.rules.case import CaseAudit, KnownFailureConfirmed, reset_dynamo
 from compile_audit.rules.verdict import by_causes, counted, observed
 from compile_audit.rules.versions import DEFAULT_GATED
-from compile_gate import hookspecs
+from compile_gate import fingerprints, hookspecs
 from compile_gate.session import BENCHMARKS, PROPOSAL, RECORD, GateSession, json_safe
 
 SESSION = pytest.StashKey[GateSession]()
@@ -64,6 +64,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run every case with Dynamo disabled, only to record its footprint into the report; judges nothing"
         " (python -m compile_audit.artifacts.change_selection record)",
     )
+    fingerprints.add_option(group)
     parser.addini("compile_budgets", "budgets file, relative to the rootdir", default=DEFAULT_BUDGETS)
     parser.addini(
         "compile_footprint_packages",
@@ -98,7 +99,7 @@ def budgets_path(config: pytest.Config) -> Path:
     return config.rootpath / config.getini("compile_budgets")
 
 
-PATH_OPTIONS = ("--budgets", "--compile-report", "--record-budgets")
+PATH_OPTIONS = ("--budgets", "--compile-report", "--record-budgets", fingerprints.OPTION)
 
 
 def _check_rootdir(config: pytest.Config) -> None:
@@ -121,6 +122,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError("--footprints-only judges nothing: it cannot record budgets")
         os.environ["TORCH_COMPILE_DISABLE"] = "1"  # the ranks of distributed cases too
         torch._dynamo.config.disable = True
+    fingerprints.configure(config)
     updating = config.getoption("--update-budgets")
     path = budgets_path(config)
     _check_outputs(config, path if updating else None)
@@ -233,7 +235,7 @@ def pytest_runtest_setup(item: pytest.Item):
         reset_dynamo()
         freeze_survivors()
         item.stash[STATE_BEFORE_SETUP] = global_state.snapshot()
-    if _is_case(item) and not _timed(item):
+    if _is_case(item) and not _timed(item) and not fingerprints.enabled(item.config):
         lines = item.config.getoption("--footprints-only")  # Dynamo is off: a line tracer changes nothing it does
         recorder = FootprintRecorder(item.config.getini("compile_footprint_packages"), lines=lines)
         item.stash[FOOTPRINT] = recorder.__enter__()  # left in pytest_runtest_call, or at teardown after a failed setup
@@ -251,6 +253,8 @@ def pytest_runtest_call(item: pytest.Item):
     raised = None
     if _is_case(item) and item.config.getoption("--footprints-only"):
         return (yield from _footprint_only(item))
+    if _is_case(item) and fingerprints.enabled(item.config):
+        return (yield from fingerprints.run_case(item, item.config.getini("compile_footprint_packages")))
     try:
         result = yield
     except KnownFailureConfirmed:
@@ -411,6 +415,7 @@ def case_audit(request: pytest.FixtureRequest, case: Any, compile_policy: Compil
         **_with_budget(audit),
         "footprint": _footprint(request.node),
         "footprint_lines": _footprint_lines(request.node),
+        "footprint_build_only": _footprint_build_only(request.node),
         "problems": request.node.stash.get(PROBLEMS, []),
         "raised": request.node.stash.get(RAISED, None),
         "error": request.node.stash.get(ERROR, None),
@@ -440,6 +445,11 @@ def _footprint(item: pytest.Item) -> dict[str, list[str]]:
 def _footprint_lines(item: pytest.Item) -> dict[str, list[int]]:
     recorder = item.stash.get(FOOTPRINT, None)
     return recorder.lines() if recorder is not None else {}
+
+
+def _footprint_build_only(item: pytest.Item) -> dict[str, list[str]]:
+    recorder = item.stash.get(FOOTPRINT, None)
+    return recorder.built_only() if recorder is not None else {}
 
 
 def _with_budget(audit: CaseAudit) -> dict[str, Any]:

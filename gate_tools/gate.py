@@ -44,6 +44,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from compile_audit.artifacts import builds_file
 from compile_audit.artifacts.change_selection import Selection, select_between
 from compile_audit.artifacts.diff import lonely_lines
 from compile_audit.artifacts.footprints_file import Footprints, FootprintsError
@@ -597,6 +598,8 @@ class Chosen:
     args: list[str]
     cases: int | None
     lines: list[str]
+    listed: tuple[str, ...] = ()  # the cases the listing (--cases=FILE) holds
+    build_only: tuple[str, ...] = ()  # of those, the ones to compare builds of before running them
 
 
 def choose_selection(opts: Options, sources: tuple[Path, Path] | None) -> Chosen:
@@ -659,7 +662,49 @@ def _selection_by_change(opts: Options, base_source: Path, head_source: Path) ->
     if audit:
         summary += f", and {len(audit)} it did not select, to audit the selection ({shown(opts.out / AUDIT_CASES)})"
     total = len(selection.cases) + len(audit)
-    return Chosen([f"--cases={cases}", *new], None if new else total, [*lines, summary])
+    if selection.build_only:
+        summary += (
+            f"; {len(selection.build_only)} of them ran the changed code only while building their model: their"
+            " builds are compared first"
+        )
+    listed = (*selection.cases, *audit)
+    return Chosen([f"--cases={cases}", *new], None if new else total, [*lines, summary], listed, selection.build_only)
+
+
+def compare_builds(shell: Shell, sides: tuple[Side, Side], snapshot: Path, opts: Options, chosen: Chosen) -> Chosen:
+    """Both sides build the cases the change reaches only while building, up to their first compile
+    (``pytest --build-fingerprints``); those whose builds are equal leave the selection, the others stay, each with
+    why (selection.md). A side that cannot fingerprint leaves every case in."""
+    listing = opts.out / "build-cases.txt"
+    listing.write_text("".join(f"{case}\n" for case in chosen.build_only), encoding="utf-8")
+    found = []
+    for side in sides:
+        path = opts.out / f"{side.name}-builds.json"
+        log = opts.out / f"{side.name}-builds.log"
+        say(f"{side.name}: fingerprinting {len(chosen.build_only)} build(s) (log: {shown(log)})")
+        cmd = [*_pytest(side), f"--build-fingerprints={path}", f"--cases={listing}", *opts.pytest_args]
+        status = shell.run(cmd, log=log, env=side.env(snapshot), cwd=snapshot)
+        try:
+            found.append(builds_file.read(path) if status == 0 else {})
+        except ValueError:
+            found.append({})
+    same, run = builds_file.compare(chosen.build_only, *found)
+    lines = [f"builds compared for {len(chosen.build_only)} case(s): {len(same)} built the same (not run)"]
+    lines += [f"  runs: {case}: {why}" for case, why in sorted(run.items())[:20]]
+    lines += [f"  ... {len(run) - 20} more (see {shown(opts.out / 'build-cases.txt')})"] if len(run) > 20 else []
+    for line in lines:
+        say(f"selection: {line}")
+    with (opts.out / "selection.md").open("a", encoding="utf-8") as selection_md:
+        selection_md.write("".join(f"- {line}\n" for line in lines))
+    if not same:
+        return chosen
+    kept = tuple(case for case in chosen.listed if case not in set(same))
+    cases = opts.out / "selected-cases.txt"
+    cases.write_text("".join(f"{case}\n" for case in kept), encoding="utf-8")
+    args = [arg for arg in chosen.args if not arg.startswith("--cases=")]
+    args = [f"--cases={cases}", *args] if kept else args
+    count = None if "--new-cases" in args else len(kept)
+    return Chosen(args, count, [*chosen.lines, *lines], kept, ())
 
 
 AUDIT_CASES = "audit-cases.txt"
@@ -785,6 +830,13 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     recorded = recorded_versions(snapshot)
     pins = [] if opts.unpinned or "transformers" not in recorded else [f"transformers=={recorded['transformers']}"]
     torch_version, _ = install(shell, head, opts, snapshot, opts.torch, pins)
+    base_installed = False
+    if chosen.build_only:
+        install(shell, base, opts, snapshot, _same_torch(opts.torch, torch_version), pins)
+        base_installed = True
+        chosen = compare_builds(shell, (base, head), snapshot, opts, chosen)
+        if chosen.cases == 0:
+            return _no_run(opts, "every case the change selected built the same model on both sides (selection.md)")
     jobs = _pytest_jobs(opts, chosen.cases)
     only_new = chosen.args == ["--new-cases"]
     try:
@@ -833,7 +885,8 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
         differ = ", ".join(f"{n} {installed.get(n)} (recorded {recorded.get(n)})" for n in ("torch", "transformers"))
         say(f"base: the whole selection: installed versions are not the budgets' own ({differ})")
         failing, base_args = None, [*chosen.args, *jobs]
-    install(shell, base, opts, snapshot, _same_torch(opts.torch, torch_version), pins)
+    if not base_installed:
+        install(shell, base, opts, snapshot, _same_torch(opts.torch, torch_version), pins)
     run_suite(shell, base, snapshot, opts, base_args)
     say(f"base: {check_report(base, shard=True)} case(s) audited")
     # Head's new cases that failed are compared too: base lacks them, so the diff lists them as only head's.

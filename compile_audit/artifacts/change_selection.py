@@ -61,6 +61,9 @@ class Selection:
     # Code in files base does not have: the cases no footprint can hold (a new method's) run too; the zoo names them.
     new_cases: bool = False
     new_methods: int = 0  # registration calls in subpackages base lacks: the methods a change adds
+    # Of ``cases``, those the change reaches only through code they ran while building their model: an equal build
+    # on both sides (``compile_audit.probe.builds``) compiles the same, and deselects them.
+    build_only: tuple[str, ...] = ()
 
     @property
     def nothing_executes_differently(self) -> bool:
@@ -222,6 +225,7 @@ class Pick:
     cases: frozenset[str] | None  # None: every case
     reason: str
     new_cases: bool = False  # the cases no footprint holds run too
+    building: frozenset[str] = frozenset()  # of ``cases``, those that ran the changed code only while building
 
 
 def _identifiers_of(module: Module, qualname: str) -> frozenset[str]:
@@ -327,9 +331,9 @@ class _Rules:
                 f"{label}: {change.kind}, cached once per process: the {_count(cases)} that ran it or its callers",
             )
         if ran and change.kind == "changed" and change.base is not None and change.head is not None:
-            return self.changed_statements(change, label, ran)
+            return self.building(self.changed_statements(change, label, ran), label)
         if ran:
-            return Pick(ran, f"{label}: {change.kind}: run by {_count(ran)}")
+            return self.building(Pick(ran, f"{label}: {change.kind}: run by {_count(ran)}"), label)
         at_import = self.readers.at_import_time(change.qualname, change.path) if owner is None else []
         if at_import:
             path, statement = at_import[0]
@@ -341,6 +345,15 @@ class _Rules:
         cases = self.unrun(change.path, change.qualname)
         where = f"ran {owner} (or a subclass) and code that names it" if owner else "ran code that names it"
         return Pick(cases, f"{label}: {change.kind}, run by no recorded case: the {_count(cases)} that {where}")
+
+    def building(self, pick: Pick, label: str) -> Pick:
+        """The pick's cases that ran the function only while building their model are marked as such."""
+        assert pick.cases is not EVERYTHING
+        building = pick.cases & self.footprints.ran_only_building(label)
+        if not building:
+            return pick
+        reason = f"{pick.reason} ({len(building)} of them only while building their model)"
+        return dataclasses.replace(pick, reason=reason, building=building)
 
     def changed_statements(self, change: FunctionChange, label: str, ran: frozenset[str]) -> Pick:
         """A changed function that cases ran: those that ran the changed statements of base's version (each edited
@@ -474,6 +487,7 @@ def select(
         picks += [rules.statement(change) for change in module.statements]
     everything = any(pick.cases is EVERYTHING for pick in picks)
     cases = set().union(*(pick.cases for pick in picks if pick.cases is not EVERYTHING))
+    firm = set().union(*(pick.cases - pick.building for pick in picks if pick.cases is not EVERYTHING))
     changed = sorted({m.path for m in changes if m.executes_differently} | {u.split(":", 1)[0] for u in unparsable})
     ordered = sorted(picks, key=lambda pick: pick.cases is not EVERYTHING)  # what widened to everything first
     new_methods = sum(p.new_cases for p in picks)
@@ -485,6 +499,7 @@ def select(
         tuple(changed),
         new_cases=new_cases and not everything,
         new_methods=0 if everything else new_methods,
+        build_only=() if everything else tuple(sorted(cases - firm)),
     )
 
 

@@ -27,6 +27,14 @@ either way, those cases count::
      "statements": {
      "peft/peft_model.py::PeftModel.__init__": {"0c1d2e3f4a.1": "239-301", "5b6c7d8e9f.1": ""},
      ...}
+
+Where the reports say which functions each case ran only before its first compile (``footprint_build_only``),
+``build_only`` lists, per function, the cases that ran it only while building their model: a change to it can alter
+what those cases compile only through what they built (a file without it: no case counts as building only)::
+
+     "build_only": {
+     "peft/peft_model.py::PeftModel.__init__": "0-1090,1200-2317",
+     ...}
 """
 
 from __future__ import annotations
@@ -61,6 +69,11 @@ class Footprints:
     versions: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # function key -> statement name -> the cases that ran it, where not every case that ran the function did
     statements: Mapping[str, Mapping[str, frozenset[str]]] = dataclasses.field(default_factory=dict)
+    # function key -> the cases that ran it only before their first compile (while building their model)
+    build_only: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+
+    def ran_only_building(self, key: str) -> frozenset[str]:
+        return self.build_only.get(key, frozenset())
 
     def ran_statements(
         self, key: str, names: Iterable[str], enclosing: Mapping[str, Sequence[str]] | None = None
@@ -100,6 +113,14 @@ class Footprints:
                 functions[case].add(key)
         return functions
 
+    def built_by_case(self) -> dict[str, set[str]]:
+        """Per case, the functions it ran only while building its model."""
+        built: dict[str, set[str]] = {}
+        for key, cases in self.build_only.items():
+            for case in cases:
+                built.setdefault(case, set()).add(key)
+        return built
+
     def to_json(self) -> str:
         index = {case: number for number, case in enumerate(self.cases)}
         lines = [
@@ -121,6 +142,13 @@ class Footprints:
                 f"{json.dumps(key)}: "
                 + json.dumps({name: _ranges(sorted(index[c] for c in listed[name])) for name in sorted(listed)})
                 for key, listed in sorted(self.statements.items())
+            ),
+            "},",
+            '"build_only": {',
+            ",\n".join(
+                f"{json.dumps(key)}: {json.dumps(_ranges(sorted(index[c] for c in cases)))}"
+                for key, cases in sorted(self.build_only.items())
+                if cases
             ),
             "}",
             "}",
@@ -185,7 +213,13 @@ def load(path: Path) -> Footprints:
             }
         except (AttributeError, TypeError, ValueError) as error:
             raise FootprintsError(f"{path}: statements of {key!r}: {error}") from None
-    return Footprints(tuple(cases), runs, dict(data.get("versions") or {}), statements)
+    build_only = {}
+    for key, text in (data.get("build_only") or {}).items():
+        try:
+            build_only[key] = frozenset(cases[n] for n in _parse_ranges(str(text), len(cases))) & runs.get(key, set())
+        except ValueError as error:
+            raise FootprintsError(f"{path}: build_only of {key!r}: {error}") from None
+    return Footprints(tuple(cases), runs, dict(data.get("versions") or {}), statements, build_only)
 
 
 def from_reports(reports: Iterable[Mapping[str, Any]], source: Callable[[str], str | None] | None = None) -> Footprints:
@@ -193,6 +227,7 @@ def from_reports(reports: Iterable[Mapping[str, Any]], source: Callable[[str], s
     ``source`` reads a package-relative file as the cases ran it: with it, the lines the cases ran (where the reports
     carry them) narrow each function to its statements."""
     by_case: dict[str, set[str]] = {}
+    built: dict[str, set[str]] = {}
     lines: dict[str, dict[str, list[int]]] = {}
     versions: dict[str, str] = {}
     for report in reports:
@@ -203,10 +238,10 @@ def from_reports(reports: Iterable[Mapping[str, Any]], source: Callable[[str], s
                 keys = {function_key(path, name) for path, names in footprint.items() for name in names}
                 by_case[record["id"]] = keys
                 lines[record["id"]] = record.get("footprint_lines") or {}
+                built[record["id"]] = only_building(footprint, record.get("footprint_build_only") or {})
     order = sorted(by_case, key=_grouping)
-    if source is None or not any(lines.values()):
-        return _from_cases(order, by_case, versions)
-    return _from_cases(order, by_case, versions, statements_missed(by_case, lines, source))
+    missed = statements_missed(by_case, lines, source) if source is not None and any(lines.values()) else None
+    return _from_cases(order, by_case, versions, missed, built)
 
 
 def statements_missed(
@@ -251,11 +286,25 @@ def _grouping(case: str) -> tuple[str, ...]:
     return identity.method, identity.scenario, identity.model, identity.device, identity.backend
 
 
+def only_building(footprint: Mapping[str, Sequence[str]], building: Mapping[str, Sequence[str]]) -> set[str]:
+    """The function keys a case ran only while building. A lambda or comprehension is its enclosing function's key:
+    one that ran after the first compile (a lambda registered as a hook) makes that function not building only."""
+    built = {function_key(path, name) for path, names in building.items() for name in names}
+    later = {
+        function_key(path, name)
+        for path, names in footprint.items()
+        for name in names
+        if name not in set(building.get(path, ()))
+    }
+    return built - later
+
+
 def _from_cases(
     order: list[str],
     by_case: Mapping[str, set[str]],
     versions: Mapping[str, str],
     missed: Mapping[str, Mapping[str, set[str]]] | None = None,
+    built: Mapping[str, set[str]] | None = None,
 ) -> Footprints:
     runs: dict[str, set[str]] = {}
     for case, keys in by_case.items():
@@ -269,7 +318,13 @@ def _from_cases(
                 for name in names:
                     not_run.setdefault(key, {}).setdefault(name, set()).add(case)
     statements = {key: {name: frozen[key] - cases for name, cases in names.items()} for key, names in not_run.items()}
-    return Footprints(tuple(order), frozen, dict(versions), statements)
+    build_only: dict[str, set[str]] = {}
+    for case, keys in (built or {}).items():
+        for key in keys:
+            build_only.setdefault(key, set()).add(case)
+    return Footprints(
+        tuple(order), frozen, dict(versions), statements, {k: frozenset(c) for k, c in build_only.items()}
+    )
 
 
 def merged(old: Footprints, new: Footprints) -> Footprints:
@@ -279,4 +334,6 @@ def merged(old: Footprints, new: Footprints) -> Footprints:
     order = [*old.cases, *(case for case in new.cases if case not in set(old.cases))]
     missed = {case: functions for case, functions in old.missed().items() if case not in set(new.cases)}
     missed.update(new.missed())
-    return _from_cases(order, by_case, dict(new.versions) or dict(old.versions), missed)
+    built = {case: keys for case, keys in old.built_by_case().items() if case not in set(new.cases)}
+    built.update(new.built_by_case())
+    return _from_cases(order, by_case, dict(new.versions) or dict(old.versions), missed, built)

@@ -345,6 +345,7 @@ class CaseRecord(_Record):
     allowed_by_causes: tuple[AllowanceHeld, ...] = ()
     footprint: Mapping[str, Any] = _empty()  # file -> the functions of it the case ran
     footprint_lines: Mapping[str, Any] = _empty()  # file -> the lines the case ran
+    footprint_build_only: Mapping[str, Any] = _empty()  # file -> the functions it ran only before its first compile
     problems: tuple[Problem, ...] = ()
     raised: str | None = None  # the type of the exception the test body raised
     error: str | None = None  # its message's first line
@@ -388,7 +389,10 @@ class CaseRecord(_Record):
             compile_seconds=field_value(data, "compile_seconds", where, float, 0.0),
             phases=phases,
             allowed_by_causes=records(data, "allowed_by_causes", where, AllowanceHeld),
-            **{field: read_only_mapping(data, field, where) for field in ("footprint", "footprint_lines", "policy")},
+            **{
+                field: read_only_mapping(data, field, where)
+                for field in ("footprint", "footprint_lines", "footprint_build_only", "policy")
+            },
             problems=records(data, "problems", where, Problem),
             benchmarks=read_only_mapping(data, "benchmarks", where),
             extra=MappingProxyType({key: value for key, value in data.items() if key not in _CASE_FIELDS}),

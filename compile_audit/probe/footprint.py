@@ -11,6 +11,11 @@ Two sources, since a function Dynamo traces is never executed by the interpreter
 Module and class bodies are left out: they run once per process, in whichever case first imports them. It cannot
 see Python code run in another process (the ranks of a distributed case) or in a thread the case started.
 
+A case's first compiled call (:func:`mark_built`, called by the audit) splits its run in two: the functions that ran
+only before it built the model and never ran again (``PeftModel.__init__``, ``inject_adapter``), which
+:meth:`FootprintRecorder.built_only` lists. A change to one of those can alter what is compiled only through the model
+it built, which the gate can compare (``compile_audit.probe.builds``).
+
 With ``lines=True`` (``--footprints-only``, where Dynamo is off) it also records the lines of those packages that
 ran, through a trace function that traces only their frames: the selection then narrows a changed function to the
 cases that ran the changed statements.
@@ -24,7 +29,7 @@ import inspect
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from torch._dynamo.callback import callback_handler
@@ -43,6 +48,12 @@ def reinstall() -> None:
     """``torch._dynamo.reset()`` drops every compile callback: put back the pause of each active recorder."""
     for recorder in _active:
         recorder.install_callbacks()
+
+
+def mark_built() -> None:
+    """The case asks for its first compile: what ran so far built its model (each recorder keeps the first mark)."""
+    for recorder in _active:
+        recorder.mark_built()
 
 
 def note_traced_code() -> None:
@@ -67,6 +78,8 @@ class FootprintRecorder:
         self.codes: set[types.CodeType] = set()
         self._profile = cProfile.Profile(builtins=False)  # C functions are no footprint
         self._stopped: dict[str, list[str]] | None = None
+        self._built_at: dict[tuple[str, str], int] | None = None  # calls per function at the first compile
+        self._stopped_built_only: dict[str, list[str]] | None = None
         self._line_tracer = _LineTracer(self._in_packages) if lines else None
 
     def _in_packages(self, filename: str) -> str | None:
@@ -110,26 +123,60 @@ class FootprintRecorder:
         # compiled graph (a global of the traced module) only when its transformed code dies: a stopped recorder
         # keeps the names alone, so that each case's graphs die with the case.
         self._stopped = self._recorded()
+        self._stopped_built_only = self._recorded_built_only()
         del self._profile  # its callbacks are removed above: nothing calls it again
         self.codes = set()
 
+    def _calls(self) -> dict[tuple[str, str], int]:
+        """Calls per function the interpreter ran (cProfile counts a call when it returns)."""
+        calls: dict[tuple[str, str], int] = {}
+        for entry in self._profile.getstats():
+            function = _function(entry.code)
+            if function is not None:
+                calls[function] = calls.get(function, 0) + entry.callcount
+        return calls
+
     def _functions(self) -> Iterator[tuple[str, str]]:
-        codes = [*self.codes, *(entry.code for entry in self._profile.getstats())]
-        for code in codes:
-            # Module and class bodies run once per process, in whichever case imports them first: no footprint.
-            if isinstance(code, types.CodeType) and code.co_flags & inspect.CO_NEWLOCALS:
-                yield code.co_filename, getattr(code, "co_qualname", code.co_name)
+        yield from (f for f in map(_function, self.codes) if f is not None)
+        yield from self._calls()
+
+    def mark_built(self) -> None:
+        if self._built_at is None and self._stopped is None:
+            self._built_at = self._calls()
 
     def footprint(self) -> dict[str, list[str]]:
         return self._stopped if self._stopped is not None else self._recorded()
 
+    def built_only(self) -> dict[str, list[str]]:
+        """The functions of the footprint that ran only before the first compile (none when the case never asked
+        for one): a call that returned after it, or code Dynamo traced, is not building."""
+        return self._stopped_built_only if self._stopped_built_only is not None else self._recorded_built_only()
+
+    def _recorded_built_only(self) -> dict[str, list[str]]:
+        if self._built_at is None:
+            return {}
+        calls, traced = self._calls(), {f for f in map(_function, self.codes) if f is not None}
+        built = (f for f, count in self._built_at.items() if calls.get(f, 0) == count and f not in traced)
+        return _by_file(built, self._in_packages)
+
     def _recorded(self) -> dict[str, list[str]]:
-        files: dict[str, set[str]] = {}
-        for filename, name in self._functions():
-            path = self._in_packages(filename)
-            if path is not None:
-                files.setdefault(path, set()).add(name)
-        return {path: sorted(names) for path, names in sorted(files.items())}
+        return _by_file(self._functions(), self._in_packages)
+
+
+def _function(code: object) -> tuple[str, str] | None:
+    # Module and class bodies run once per process, in whichever case imports them first: no footprint.
+    if isinstance(code, types.CodeType) and code.co_flags & inspect.CO_NEWLOCALS:
+        return code.co_filename, getattr(code, "co_qualname", code.co_name)
+    return None
+
+
+def _by_file(functions: Iterable[tuple[str, str]], in_packages: Callable[[str], str | None]) -> dict[str, list[str]]:
+    files: dict[str, set[str]] = {}
+    for filename, name in functions:
+        path = in_packages(filename)
+        if path is not None:
+            files.setdefault(path, set()).add(name)
+    return {path: sorted(names) for path, names in sorted(files.items())}
 
 
 class _LineTracer:

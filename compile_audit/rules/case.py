@@ -10,7 +10,7 @@ from typing import Any
 
 import torch._dynamo
 
-from compile_audit.probe import footprint
+from compile_audit.probe import builds, footprint
 from compile_audit.probe.collector import collected_before
 from compile_audit.probe.graph_breaks import GraphBreakReport, find_graph_breaks
 from compile_audit.probe.recompiles import PhaseAudit, PhaseRecord
@@ -25,6 +25,12 @@ def reset_dynamo() -> None:
     """``torch._dynamo.reset()``, keeping the case's footprint recording paused while Dynamo compiles."""
     torch._dynamo.reset()
     footprint.reinstall()
+
+
+def _first_compile() -> None:
+    """What ran so far built the case's model (its footprint's build-only functions); a fingerprint run stops here."""
+    footprint.mark_built()
+    builds.first_compile()
 
 
 class KnownFailureConfirmed(Exception):
@@ -58,11 +64,13 @@ class CaseAudit:
         """Count the graph breaks of one call (run this before :meth:`compile`: explain resets Dynamo)."""
         if self._phases is not None:
             raise RuntimeError("graph_breaks() after compile(): torch._dynamo.explain would reset the audit")
+        _first_compile()
         report = find_graph_breaks(fn, *args, call=call, **kwargs)
         self.result.explained.append(report)
         return report
 
     def _start(self) -> PhaseAudit:
+        _first_compile()
         reset_dynamo()
         self._phases = PhaseAudit(self.backend, self.dynamic)
         self.result.phases = self._phases.phases

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from compile_audit.artifacts import builds_file
 from compile_audit.artifacts.change_selection import Selection
 from compile_audit.artifacts.footprints_file import Footprints
 from compile_audit.artifacts.report import read_cases
@@ -57,6 +58,7 @@ class FakeShell:
         self.selection = ONE_CASE
         self.footprints = Footprints((), {})
         self.import_errors: dict[str, str] = {}  # side -> the traceback of `import peft` there
+        self.fingerprints: dict[str, dict] = {"base": {}, "head": {}}  # side -> case id -> its build fingerprint
 
     @staticmethod
     def side(cmd: list[str]) -> str:
@@ -84,6 +86,10 @@ class FakeShell:
 
     def _pytest(self, cmd: list[str]) -> int:
         side = self.side(cmd)
+        fingerprints = [arg.partition("=")[2] for arg in cmd if arg.startswith("--build-fingerprints=")]
+        if fingerprints:
+            Path(fingerprints[0]).write_text(builds_file.to_json(self.fingerprints[side]), encoding="utf-8")
+            return 0
         if "--compile-report" in cmd:
             path = Path(cmd[cmd.index("--compile-report") + 1])
             content = self.reports[side]
@@ -563,6 +569,57 @@ def test_a_change_runs_exactly_its_cases_and_says_why(run_gate, tmp_path):
     assert f"--cases={listed}" in head_run and "--full-matrix" not in head_run
     assert "peft/tuners/ia3/layer.py::Linear.merge: changed: run by 2 case(s)" in out
     assert "so 2 case(s) run" in (tmp_path / "out" / "selection.md").read_text()
+
+
+BUILT = ("llama-tiny/lora/save-load", "opt-tiny/lora/save-load")
+BUILD_CHANGE = Selection(
+    False,
+    ("llama-tiny/lora/merge-unmerge", *BUILT),
+    ("peft/peft_model.py::PeftModel.__init__: changed: run by 3 case(s) (2 of them only while building their model)",),
+    ("peft/peft_model.py",),
+    build_only=BUILT,
+)
+
+
+def _fingerprint(digest: str) -> dict:
+    return {"digest": digest, "modules": [{"type": "M", "modules": {".": digest}}], "package_values": {}}
+
+
+def test_cases_reached_only_while_building_run_only_where_the_builds_differ(run_gate, tmp_path):
+    shell = FakeShell()
+    shell.selection = BUILD_CHANGE
+    shell.fingerprints["base"] = {BUILT[0]: _fingerprint("a"), BUILT[1]: _fingerprint("b")}
+    shell.fingerprints["head"] = {BUILT[0]: _fingerprint("a"), BUILT[1]: _fingerprint("c")}
+    status, _, _ = run_gate(shell)
+    assert status == 0
+    for side in ("base", "head"):  # each side fingerprinted once, before head's run
+        assert len(shell.ran(f"--build-fingerprints={tmp_path / 'out' / f'{side}-builds.json'}")) == 1
+    listed = tmp_path / "out" / "selected-cases.txt"
+    assert listed.read_text().split() == ["llama-tiny/lora/merge-unmerge", "opt-tiny/lora/save-load"]
+    [head_run] = [cmd for cmd in shell.pytest_runs("head") if "--compile-report" in cmd]
+    assert f"--cases={listed}" in head_run
+    selection_md = (tmp_path / "out" / "selection.md").read_text()
+    assert "builds compared for 2 case(s): 1 built the same (not run)" in selection_md
+    assert "runs: opt-tiny/lora/save-load: built differently: M '.' differs" in selection_md
+
+
+def test_when_every_selected_case_builds_the_same_nothing_runs(run_gate, tmp_path):
+    shell = FakeShell()
+    shell.selection = dataclasses.replace(BUILD_CHANGE, cases=BUILT)
+    shell.fingerprints["base"] = shell.fingerprints["head"] = {case: _fingerprint("a") for case in BUILT}
+    status, _, _ = run_gate(shell)
+    assert status == 0
+    assert not [cmd for cmd in shell.pytest_runs() if "--compile-report" in cmd]
+    assert "built the same model on both sides" in (tmp_path / "out" / "diff.md").read_text()
+
+
+def test_a_side_that_cannot_fingerprint_keeps_every_case(run_gate, tmp_path):
+    shell = FakeShell()
+    shell.selection = BUILD_CHANGE
+    shell.fingerprints["head"] = {case: _fingerprint("a") for case in BUILT}  # base wrote none
+    run_gate(shell)
+    listed = (tmp_path / "out" / "selected-cases.txt").read_text().split()
+    assert listed == ["llama-tiny/lora/merge-unmerge", *BUILT]
 
 
 def test_a_change_that_selects_everything_runs_the_full_matrix(run_gate):

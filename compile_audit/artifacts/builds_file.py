@@ -1,0 +1,73 @@
+"""The build fingerprints of a run (``pytest --build-fingerprints PATH``, ``compile_audit.probe.builds``): read,
+written and compared, without torch.
+
+    {"format": 1, "cases": {"llama-tiny/lora/save-load": {"digest": ..., "modules": [...], "package_values": {...}},
+                            "opt-tiny/boft/depth": {"missing": "raised ValueError: ..."}}}
+
+A case with ``missing`` has no fingerprint (it raised, or ended without compiling): nothing can be told from it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+FORMAT = 1
+
+
+def to_json(cases: Mapping[str, Mapping[str, Any]]) -> str:
+    return json.dumps({"format": FORMAT, "cases": dict(sorted(cases.items()))}, sort_keys=True) + "\n"
+
+
+def read(path: Path) -> dict[str, dict[str, Any]]:
+    """The fingerprints by case id; ValueError naming the file on bad input."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: unreadable build fingerprints: {error}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("cases"), dict):
+        raise ValueError(f"{path}: not a build fingerprints file (format {FORMAT}, 'cases' by case id)")
+    return data["cases"]
+
+
+def same_build(base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> bool:
+    """Both sides fingerprinted their build, and the fingerprints are equal."""
+    return bool(base and head and "digest" in base and base.get("digest") == head.get("digest"))
+
+
+def differences(base: dict[str, Any], head: dict[str, Any], limit: int = 3) -> list[str]:
+    """What differs between two fingerprints, as short lines: the modules and values whose digests differ."""
+    found = []
+    if len(base["modules"]) != len(head["modules"]):
+        found.append(f"{len(base['modules'])} root module(s) against {len(head['modules'])}")
+    for old_root, new_root in zip(base["modules"], head["modules"], strict=False):
+        old, new = old_root["modules"], new_root["modules"]
+        changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        found += [f"{new_root['type']} {k!r} differs" for k in changed[:limit]]
+    old, new = base["package_values"], head["package_values"]
+    found += [f"{k} differs" for k in sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))]
+    return found[:limit] or ([] if base["digest"] == head["digest"] else ["the digests differ"])
+
+
+def compare(
+    cases: Iterable[str], base: Mapping[str, Mapping[str, Any]], head: Mapping[str, Mapping[str, Any]]
+) -> tuple[list[str], dict[str, str]]:
+    """The cases that built the same on both sides, and for every other one why it must run: what differs, or
+    which side has no fingerprint."""
+    same, run = [], {}
+    for case in cases:
+        old, new = base.get(case), head.get(case)
+        if same_build(old, new):
+            same.append(case)
+        elif not old or "digest" not in old or not new or "digest" not in new:
+            missing = [
+                f"{side}: {(data or {}).get('missing', 'not fingerprinted')}"
+                for side, data in (("base", old), ("head", new))
+                if not data or "digest" not in data
+            ]
+            run[case] = "no fingerprint (" + "; ".join(missing) + ")"
+        else:
+            run[case] = "built differently: " + "; ".join(differences(old, new))
+    return same, run

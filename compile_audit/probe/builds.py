@@ -1,0 +1,204 @@
+"""What a case built before its first compile, as a fingerprint: two builds with equal fingerprints compile the same.
+
+A change to code that a case runs only while building its model (``compile_audit.probe.footprint``: the functions
+that ran only before the first compile) can change what the case compiles only through what it built. The
+fingerprint holds what Dynamo can see of that, and what the case's later code reads:
+
+- every module alive at the first compile that no other module holds (graphs of earlier compiles left out) (the model, its eager twin, a reference),
+  each as its tree: qualified names and types, every parameter and buffer (shape, dtype, ``requires_grad``, a digest
+  of its values), the hooks registered on it (their functions), and every other attribute of its instance (plain
+  values as text, objects by type and their attributes, functions by name);
+- the module-level values of the packages under test (a table a build registered a key in).
+
+Addresses and ids are left out: two processes building the same thing print the same fingerprint. A case whose
+first compile is not of a module (a Trainer that compiles by itself) still gets one: what is alive is fingerprinted
+all the same.
+"""
+
+from __future__ import annotations
+
+import enum
+import gc
+import hashlib
+import json
+import re
+import sys
+import types
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
+_MAX_DEPTH = 4  # nested containers and objects past this depth are described by their type
+_PLAIN = (str, int, float, bool, complex, bytes, type(None))
+
+
+class BuildFingerprinted(Exception):
+    """Raised at a case's first compile in a fingerprint run: the build is recorded, the case goes no further."""
+
+    def __init__(self, fingerprint: dict[str, Any]) -> None:
+        super().__init__("build fingerprinted at the first compile")
+        self.fingerprint = fingerprint
+
+
+_recording: list[Sequence[str]] = []  # the packages under test, while a fingerprint run is on
+
+
+def recording(packages: Sequence[str]) -> _Recording:
+    """Within it, a case's first compile raises :class:`BuildFingerprinted` with what was built."""
+    return _Recording(tuple(packages))
+
+
+class _Recording:
+    def __init__(self, packages: tuple[str, ...]) -> None:
+        self.packages = packages
+
+    def __enter__(self) -> None:
+        _recording.append(self.packages)
+
+    def __exit__(self, *exc: object) -> None:
+        _recording.remove(self.packages)
+
+
+def first_compile() -> None:
+    """Called by the audit when a case asks for its first compile; in a fingerprint run, stops the case there."""
+    if _recording:
+        raise BuildFingerprinted(fingerprint(_recording[-1]))
+
+
+def fingerprint(packages: Sequence[str]) -> dict[str, Any]:
+    """The live root modules (sorted: the order objects are found in is no part of a build) and the packages' module
+    values, with one digest of it all."""
+    gc.collect()
+    # type(), not isinstance(): a lazy module object answers __class__ through its __getattr__
+    modules = [
+        obj
+        for obj in gc.get_objects()
+        if issubclass(type(obj), torch.nn.Module) and not issubclass(type(obj), torch.fx.GraphModule)
+    ]
+    held = {id(child) for module in modules for child in module.children()}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated attributes read on the way are no part of the build
+        trees = sorted(
+            ({"type": _type_name(m), "modules": _digests(module_tree(m))} for m in modules if id(m) not in held),
+            key=lambda tree: (tree["type"], sorted(tree["modules"]), _digest(tree)),
+        )
+        values = _digests(package_values(packages))
+    return {"digest": _digest([trees, values]), "modules": trees, "package_values": values}
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _digests(described: dict[str, Any]) -> dict[str, str]:
+    """Each entry by a short digest: enough to name what differs between two builds, small enough to keep."""
+    return {key: _digest(value) for key, value in described.items()}
+
+
+def module_tree(root: torch.nn.Module) -> dict[str, Any]:
+    tree = {}
+    for name, module in root.named_modules(remove_duplicate=False):
+        tree[name or "."] = {
+            "type": _type_name(module),
+            "parameters": {n: tensor_summary(p) for n, p in module._parameters.items()},
+            "buffers": {n: tensor_summary(b) for n, b in module._buffers.items()},
+            "hooks": _hooks(module),
+            "attributes": {
+                key: describe(value)
+                for key, value in sorted(vars(module).items())
+                if not key.startswith("_") or key in ("_active_adapter", "_disable_adapters", "_adapters")
+            },
+        }
+    return tree
+
+
+def tensor_summary(tensor: torch.Tensor | None) -> Any:
+    if tensor is None:
+        return None
+    summary = {
+        "type": _type_name(tensor),
+        "shape": list(tensor.shape),
+        "dtype": str(tensor.dtype),
+        "requires_grad": tensor.requires_grad,
+    }
+    if tensor.device.type != "meta" and not tensor.is_sparse:
+        data = tensor.detach().cpu().reshape(-1).contiguous()
+        summary["values"] = hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
+    return summary
+
+
+def _hooks(module: torch.nn.Module) -> dict[str, list[str]]:
+    found = {}
+    for kind in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+        hooks = getattr(module, kind, {})
+        if hooks:
+            found[kind.strip("_")] = [describe(hook) for hook in hooks.values()]
+    state = getattr(module, "_state_dict_hooks", {})
+    if state:
+        found["state_dict_hooks"] = [describe(hook) for hook in state.values()]
+    return found
+
+
+def describe(value: Any, depth: int = 0) -> Any:
+    """A value as JSON data that two processes agree on."""
+    if isinstance(value, enum.Enum):
+        return f"{_type_name(value)}.{value.name}"
+    if isinstance(value, _PLAIN):
+        return value if not isinstance(value, (bytes, complex)) else repr(value)
+    if isinstance(value, torch.Tensor):
+        return tensor_summary(value)
+    if isinstance(value, (torch.dtype, torch.device)):
+        return str(value)
+    if isinstance(value, torch.nn.Module):
+        return f"module {_type_name(value)}"  # the tree holds it where it is a child; elsewhere, its type
+    if isinstance(value, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, type)):
+        return f"callable {_callable_name(value)}"
+    if depth >= _MAX_DEPTH:
+        return f"<{_type_name(value)}>"
+    if isinstance(value, dict):
+        return {"type": _type_name(value), "items": sorted(_pairs(value, depth))}
+    if isinstance(value, (list, tuple)):
+        return {"type": _type_name(value), "items": [describe(v, depth + 1) for v in value]}
+    if isinstance(value, (set, frozenset)):
+        return {"type": _type_name(value), "items": sorted(json.dumps(describe(v, depth + 1)) for v in value)}
+    if callable(value) and hasattr(value, "func"):  # functools.partial
+        return f"callable partial {_callable_name(value.func)}"
+    attributes = getattr(value, "__dict__", None)
+    if isinstance(attributes, dict):
+        return {"type": _type_name(value), "attributes": dict(sorted(_pairs(attributes, depth)))}
+    return {"type": _type_name(value), "text": _ADDRESS.sub("", repr(value))[:200]}
+
+
+def _pairs(mapping: dict, depth: int) -> Iterator[tuple[str, Any]]:
+    for key, value in mapping.items():
+        if isinstance(key, str) and "hash" in key:  # str hashes differ between processes (transformers keeps some)
+            continue
+        yield json.dumps(describe(key, depth + 1), sort_keys=True), describe(value, depth + 1)
+
+
+def package_values(packages: Iterable[str]) -> dict[str, Any]:
+    """Plain module-level values of the loaded modules of these packages: what a build may have registered."""
+    values = {}
+    wanted = tuple(packages)
+    for name, module in sorted(sys.modules.items()):
+        if module is None or name.split(".", 1)[0] not in wanted:
+            continue
+        for key, value in sorted(vars(module).items()):
+            if key.startswith("__") or isinstance(value, (types.ModuleType, types.FunctionType, type)):
+                continue
+            if isinstance(value, (*_PLAIN, dict, list, set, tuple, enum.Enum)):
+                values[f"{name}.{key}"] = describe(value)
+    return values
+
+
+def _type_name(value: Any) -> str:
+    kind = value if isinstance(value, type) else type(value)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _callable_name(value: Any) -> str:
+    function = getattr(value, "__func__", value)
+    return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"

@@ -1,0 +1,194 @@
+"""Build-time narrowing: what a case ran only before its first compile is told apart (the footprint), a change to it
+marks the case as reached only while building (the selection), and two builds compare by fingerprint, so that an
+equal build deselects the case and a different one keeps it (the gate)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from compile_audit.artifacts import builds_file, footprints_file
+from compile_audit.artifacts.change_selection import select_between
+from compile_audit.probe import builds, footprint
+from compile_audit.probe.footprint import FootprintRecorder
+from tests.selftest.test_change_selection import BASE, TOY_FOOTPRINTS, _toy
+
+pytestmark = pytest.mark.selftest
+
+HERE = "tests/selftest/test_build_narrowing.py"
+
+
+def build_twice():
+    return 2
+
+
+def at_build_and_step():
+    return 1
+
+
+def step():
+    return at_build_and_step() + 1
+
+
+def build():
+    hooks = [lambda: 3]  # a lambda made while building, called at step time: its function is not building only
+    return build_twice() + build_twice() + at_build_and_step(), hooks
+
+
+def test_the_footprint_tells_functions_run_only_before_the_first_compile():
+    with FootprintRecorder(["tests"]) as recorder:
+        _, hooks = build()
+        footprint.mark_built()
+        step()
+        hooks[0]()
+    built = set(recorder.built_only()[HERE])
+    assert {"build", "build_twice"} <= built
+    assert not built & {"at_build_and_step", "step", "build.<locals>.<lambda>"}
+    # The file's keys: the lambda is its enclosing function's, and it ran after the first compile.
+    keys = footprints_file.only_building(recorder.footprint(), recorder.built_only())
+    assert f"{HERE}::build_twice" in keys and f"{HERE}::build" not in keys
+
+
+def test_a_case_that_never_compiles_builds_nothing_only():
+    with FootprintRecorder(["tests"]) as recorder:
+        build()
+    assert recorder.built_only() == {}
+
+
+def test_build_only_round_trips_through_the_footprints_file(tmp_path):
+    report = {
+        "cases": [
+            {
+                "id": "m/a/train",
+                "footprint": {"toy/layer.py": ["Linear.forward", "helper"]},
+                "footprint_build_only": {"toy/layer.py": ["helper"]},
+            }
+        ]
+    }
+    recorded = footprints_file.from_reports([report])
+    assert recorded.ran_only_building("toy/layer.py::helper") == {"m/a/train"}
+    assert not recorded.ran_only_building("toy/layer.py::Linear.forward")
+    path = tmp_path / "footprints.json"
+    path.write_text(recorded.to_json())
+    assert footprints_file.load(path).build_only == recorded.build_only
+    merged = footprints_file.merged(recorded, footprints_file.from_reports([{"cases": []}]))
+    assert merged.build_only == recorded.build_only
+
+
+# ----------------------------------------------------------------------------- the selection
+
+BUILT = dataclasses.replace(
+    TOY_FOOTPRINTS,
+    build_only={"toy/config.py::Config.__post_init__": frozenset({"m/a/train", "m/b/train"})},
+)
+POST_INIT = "self.scale = self.alpha / self.r"
+
+
+def test_a_change_to_build_only_code_marks_the_cases_reached_only_while_building(tmp_path):
+    head = _toy(tmp_path / "head", {"config.py": BASE["config.py"].replace(POST_INIT, f"{POST_INIT} * 1")})
+    chosen = select_between(BUILT, _toy(tmp_path / "base"), head)
+    assert chosen.cases == ("m/a/merge", "m/a/train", "m/b/train")
+    assert chosen.build_only == ("m/a/train", "m/b/train")  # m/a/merge ran it after its first compile too
+    assert "(2 of them only while building their model)" in chosen.reasons[0]
+
+
+def test_a_case_that_also_ran_changed_step_code_is_not_build_only(tmp_path):
+    config = BASE["config.py"].replace(POST_INIT, f"{POST_INIT} * 1")
+    layer = BASE["layer.py"].replace("return x + 1", "return x + 2")  # Linear.forward: m/a/train's step code
+    head = _toy(tmp_path / "head", {"config.py": config, "layer.py": layer})
+    chosen = select_between(BUILT, _toy(tmp_path / "base"), head)
+    assert chosen.build_only == ("m/b/train",)
+
+
+def test_without_build_only_footprints_nothing_is_narrowed(tmp_path):
+    head = _toy(tmp_path / "head", {"config.py": BASE["config.py"].replace(POST_INIT, f"{POST_INIT} * 1")})
+    assert select_between(TOY_FOOTPRINTS, _toy(tmp_path / "base"), head).build_only == ()
+
+
+# ----------------------------------------------------------------------------- fingerprints
+
+TOY_BUILD = """
+import torch
+
+TABLE = {{}}
+
+
+class Layer(torch.nn.Module):
+    def __init__(self, rank):
+        super().__init__()
+        self.rank = rank
+        self.weight = torch.nn.Parameter(torch.ones(rank, 4))
+
+
+def build():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), Layer({rank}))
+    {extra}
+    return model
+"""
+PRINT_FINGERPRINT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import toybuild
+from compile_audit.probe import builds
+model = toybuild.build()
+print(json.dumps(builds.fingerprint(["toybuild"])))
+"""
+
+
+def _fingerprint(tmp_path, name: str, rank: int = 2, extra: str = "pass") -> dict:
+    """The fingerprint of a toy package's build, in a fresh interpreter as each side of the gate builds it."""
+    root = tmp_path / name
+    (root / "toybuild").mkdir(parents=True)
+    (root / "toybuild" / "__init__.py").write_text(textwrap.dedent(TOY_BUILD.format(rank=rank, extra=extra)))
+    out = subprocess.run(
+        [sys.executable, "-c", PRINT_FINGERPRINT, str(root)], capture_output=True, text=True, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("what", "head"),
+    [
+        ("a parameter's shape and an attribute", {"rank": 3}),
+        ("requires_grad", {"extra": "model[0].weight.requires_grad_(False)"}),
+        ("a hook", {"extra": "model[1].register_forward_pre_hook(lambda m, a: None)"}),
+        ("an attribute", {"extra": "model[1].scaling = 0.5"}),
+        ("a table the package keeps", {"extra": "TABLE['layer'] = 1"}),
+        ("parameter values", {"extra": "torch.nn.init.zeros_(model[0].bias)"}),
+    ],
+)
+def test_a_build_change_that_alters_the_model_keeps_the_case(tmp_path, what, head):
+    base = _fingerprint(tmp_path, "base")
+    changed = _fingerprint(tmp_path, "head", **head)
+    same, run = builds_file.compare(["m/a/train"], {"m/a/train": base}, {"m/a/train": changed})
+    assert same == [], what
+    assert run["m/a/train"].startswith("built differently: "), run
+
+
+def test_a_build_change_that_builds_the_same_model_deselects_the_case(tmp_path):
+    base = _fingerprint(tmp_path, "base")
+    refactored = _fingerprint(tmp_path, "head", extra="model = torch.nn.Sequential(*list(model))")
+    same, run = builds_file.compare(["m/a/train"], {"m/a/train": base}, {"m/a/train": refactored})
+    assert (same, run) == (["m/a/train"], {})
+
+
+def test_a_side_without_a_fingerprint_keeps_the_case():
+    base = {"m/a/train": {"digest": "1", "modules": [], "package_values": {}}}
+    same, run = builds_file.compare(["m/a/train"], base, {"m/a/train": {"missing": "raised ValueError: no"}})
+    assert same == [] and run["m/a/train"] == "no fingerprint (head: raised ValueError: no)"
+
+
+def test_a_fingerprint_run_stops_the_case_at_its_first_compile():
+    model = torch.nn.Linear(2, 2)
+    with builds.recording(["tests"]), pytest.raises(builds.BuildFingerprinted) as stopped:
+        builds.first_compile()
+    assert stopped.value.fingerprint["digest"]
+    builds.first_compile()  # outside a fingerprint run: nothing happens
+    del model

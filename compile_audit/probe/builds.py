@@ -4,7 +4,8 @@ A change to code that a case runs only while building its model (``compile_audit
 that ran only before the first compile) can change what the case compiles only through what it built. The
 fingerprint holds what Dynamo can see of that, and what the case's later code reads:
 
-- every module alive at the first compile that no other module holds (graphs of earlier compiles left out) (the model, its eager twin, a reference),
+- every module the running frames hold at the first compile (the test's locals: the model, its eager twin, a
+  reference) that no other of them holds, graphs of earlier compiles left out (the model, its eager twin, a reference),
   each as its tree: qualified names and types, every parameter and buffer (shape, dtype, ``requires_grad``, a digest
   of its values), the hooks registered on it (their functions), and every other attribute of its instance (plain
   values as text, objects by type and their attributes, functions by name);
@@ -65,20 +66,32 @@ class _Recording:
 def first_compile() -> None:
     """Called by the audit when a case asks for its first compile; in a fingerprint run, stops the case there."""
     if _recording:
-        raise BuildFingerprinted(fingerprint(_recording[-1]))
+        raise BuildFingerprinted(fingerprint(_recording[-1], held_by_frames(sys._getframe(1))))
 
 
-def fingerprint(packages: Sequence[str]) -> dict[str, Any]:
-    """The live root modules (sorted: the order objects are found in is no part of a build) and the packages' module
-    values, with one digest of it all."""
-    gc.collect()
+def held_by_frames(frame: types.FrameType | None) -> list[torch.nn.Module]:
+    """The modules the running frames hold, directly or in a container (the test's model, its eager twin, what a
+    fixture returned): what the case built, without scanning every object of the process."""
+    found: dict[int, torch.nn.Module] = {}
+    while frame is not None:
+        for value in frame.f_locals.values():
+            values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+            for item in (value, *values):
+                if issubclass(type(item), torch.nn.Module):
+                    found.setdefault(id(item), item)
+        frame = frame.f_back
+    return list(found.values())
+
+
+def fingerprint(packages: Sequence[str], modules: Sequence[torch.nn.Module] | None = None) -> dict[str, Any]:
+    """The root modules among ``modules`` (default: every live one) and the packages' module values, with one digest
+    of it all. Roots are sorted: the order objects are found in is no part of a build."""
+    if modules is None:
+        gc.collect()
+        modules = [obj for obj in gc.get_objects() if issubclass(type(obj), torch.nn.Module)]
     # type(), not isinstance(): a lazy module object answers __class__ through its __getattr__
-    modules = [
-        obj
-        for obj in gc.get_objects()
-        if issubclass(type(obj), torch.nn.Module) and not issubclass(type(obj), torch.fx.GraphModule)
-    ]
-    held = {id(child) for module in modules for child in module.children()}
+    modules = [m for m in modules if not issubclass(type(m), torch.fx.GraphModule)]
+    held = {id(child) for module in modules for child in module.modules() if child is not module}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecated attributes read on the way are no part of the build
         trees = sorted(

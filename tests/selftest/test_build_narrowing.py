@@ -185,10 +185,14 @@ def test_a_side_without_a_fingerprint_keeps_the_case():
     assert same == [] and run["m/a/train"] == "no fingerprint (head: raised ValueError: no)"
 
 
-def test_a_fingerprint_run_stops_the_case_at_its_first_compile():
-    model = torch.nn.Linear(2, 2)
+def _compile_first(models):
+    builds.first_compile()
+
+
+def test_a_fingerprint_run_stops_the_case_at_its_first_compile_with_what_its_frames_hold():
+    model, eager = torch.nn.Linear(2, 2), {"twin": torch.nn.Sequential(torch.nn.ReLU())}
     with builds.recording(["tests"]), pytest.raises(builds.BuildFingerprinted) as stopped:
-        builds.first_compile()
-    assert stopped.value.fingerprint["digest"]
-    builds.first_compile()  # outside a fingerprint run: nothing happens
-    del model
+        _compile_first([model, eager])
+    roots = [tree["type"] for tree in stopped.value.fingerprint["modules"]]
+    assert roots == ["torch.nn.modules.container.Sequential", "torch.nn.modules.linear.Linear"]
+    _compile_first([model])  # outside a fingerprint run: nothing happens

@@ -7,6 +7,7 @@ PATH: ``compile_audit.artifacts.builds_file``.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +47,12 @@ def run_case(item: pytest.Item, packages: list[str]):
     """The body of a case, stopped at its first compile (a ``pytest_runtest_call`` wrapper's part)."""
     run: FingerprintRun = item.config.pluginmanager.get_plugin("compile_gate_fingerprints")
     case_id = item.funcargs["case"].id
+    started = time.perf_counter()
     try:
         with builds.recording(packages):
             yield
     except builds.BuildFingerprinted as stop:
-        run.found[case_id] = stop.fingerprint
+        run.found[case_id] = {**stop.fingerprint, "seconds": round(time.perf_counter() - started, 2)}
         pytest.skip(f"{OPTION}: build fingerprinted at the first compile, nothing judged")
     except Exception as exc:
         why = f"raised {type(exc).__name__}: {exc}".splitlines()[0][:300]
@@ -64,6 +66,7 @@ class FingerprintRun:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.found: dict[str, dict[str, Any]] = {}
+        self.started = time.perf_counter()  # pytest's start-up and collection count in the run's wall time
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         """Only cases build models: the self-tests are deselected."""
@@ -74,4 +77,5 @@ class FingerprintRun:
             items[:] = cases
 
     def pytest_sessionfinish(self) -> None:
-        write_text_atomic(self.path, builds_file.to_json(self.found))
+        wall = round(time.perf_counter() - self.started, 2)
+        write_text_atomic(self.path, builds_file.to_json(self.found, wall_seconds=wall))

@@ -1,10 +1,13 @@
 """The build fingerprints of a run (``pytest --build-fingerprints PATH``, ``compile_audit.probe.builds``): read,
 written and compared, without torch.
 
-    {"format": 1, "cases": {"llama-tiny/lora/save-load": {"digest": ..., "modules": [...], "package_values": {...}},
+    {"format": 1, "cases": {"llama-tiny/lora/save-load": {"digest": ..., "modules": [...], "package_values": {...},
+                                                          "seconds": 0.4},
                             "opt-tiny/boft/depth": {"missing": "raised ValueError: ..."}}}
 
-A case with ``missing`` has no fingerprint (it raised, or ended without compiling): nothing can be told from it.
+``wall_seconds``: the whole run's, pytest's start-up included; ``seconds``: each case's body up to its first
+compile (what comparing builds costs the gate, per side). A case with ``missing`` has no fingerprint (it raised, or
+ended without compiling): nothing can be told from it.
 """
 
 from __future__ import annotations
@@ -17,19 +20,25 @@ from typing import Any
 FORMAT = 1
 
 
-def to_json(cases: Mapping[str, Mapping[str, Any]]) -> str:
-    return json.dumps({"format": FORMAT, "cases": dict(sorted(cases.items()))}, sort_keys=True) + "\n"
+def to_json(cases: Mapping[str, Mapping[str, Any]], wall_seconds: float | None = None) -> str:
+    data = {"format": FORMAT, "cases": dict(sorted(cases.items())), "wall_seconds": wall_seconds}
+    return json.dumps(data, sort_keys=True) + "\n"
 
 
 def read(path: Path) -> dict[str, dict[str, Any]]:
     """The fingerprints by case id; ValueError naming the file on bad input."""
+    return read_run(path)[0]
+
+
+def read_run(path: Path) -> tuple[dict[str, dict[str, Any]], float | None]:
+    """The fingerprints by case id, and the run's wall seconds (start-up included) where it says them."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path}: unreadable build fingerprints: {error}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("cases"), dict):
         raise ValueError(f"{path}: not a build fingerprints file (format {FORMAT}, 'cases' by case id)")
-    return data["cases"]
+    return data["cases"], data.get("wall_seconds")
 
 
 def same_build(base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> bool:

@@ -5,6 +5,12 @@ what the committed footprints and durations would have run, and at what cost.
 
 Each commit is compared with its first parent, both read from git (no checkout). The cost of a selection is the sum
 of its cases' durations (``tests/durations.json``, one side of the gate); the full matrix costs every case's.
+
+The cases a commit reaches only through code they ran while building their model are compared by build first, as
+the gate does: that costs a fingerprint run per side (``tests/build_costs.json``: pytest's start-up and each case's
+build). The replay cannot build a commit's sources by itself, so those cases count as run, unless
+``--builds-compared FILE`` says which of them built the same on both sides of that commit
+(``{commit: {"same": [case, ...]}}``).
 """
 
 from __future__ import annotations
@@ -87,16 +93,59 @@ class Replayed:
     cpu_seconds: float
     executes_differently: bool  # some executed code changed
     reasons: tuple[str, ...]
+    build_only: int = 0  # cases reached only through code they ran while building: their builds are compared first
+    builds_same: int = 0  # of those, the ones known to build the same on both sides (not run)
 
 
-def cost(selection: Selection, footprints: Footprints, durations: Mapping[str, float]) -> tuple[int, float]:
+@dataclasses.dataclass(frozen=True)
+class BuildCosts:
+    """What comparing builds costs one side: a fingerprint run's start-up, and each case's build."""
+
+    overhead_seconds: float = 0.0
+    per_case_seconds: float = 0.0
+
+    def of(self, cases: int) -> float:
+        return self.overhead_seconds + cases * self.per_case_seconds if cases else 0.0
+
+
+def build_costs(path: Path) -> BuildCosts:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return BuildCosts(float(data["overhead_seconds"]), float(data["per_case_seconds"]))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        raise FootprintsError(f"{path}: unreadable build costs (overhead_seconds, per_case_seconds): {error}") from None
+
+
+def builds_compared(path: Path | None) -> dict[str, frozenset[str]]:
+    """Per commit, the cases known to build the same on both sides (``--builds-compared``)."""
+    if path is None:
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return {commit: frozenset(entry.get("same", ())) for commit, entry in data.items()}
+    except (OSError, json.JSONDecodeError, AttributeError, TypeError) as error:
+        raise FootprintsError(
+            f"{path}: unreadable build comparisons ({{commit: {{'same': [...]}}}}): {error}"
+        ) from None
+
+
+def cost(
+    selection: Selection,
+    footprints: Footprints,
+    durations: Mapping[str, float],
+    builds: BuildCosts = BuildCosts(),
+    same: frozenset[str] = frozenset(),
+) -> tuple[int, float]:
     """Cases and CPU-seconds of one side: the selected cases' durations, and for each method the change adds, the
-    cases and durations of a method of the matrix on average (its derived cases run as new cases)."""
+    cases and durations of a method of the matrix on average (its derived cases run as new cases). The cases reached
+    only while building cost their fingerprints, and run unless ``same`` says they built the same."""
     median = statistics.median(durations.values()) if durations else 0.0
     cases = footprints.cases if selection.everything else selection.cases
+    cases = [case for case in cases if case not in same]
     per_method = method_costs(footprints, durations)
     count = len(cases) + selection.new_methods * round(per_method[0])
-    return count, round(sum(durations.get(case, median) for case in cases) + selection.new_methods * per_method[1], 1)
+    seconds = sum(durations.get(case, median) for case in cases) + selection.new_methods * per_method[1]
+    return count, round(seconds + builds.of(len(selection.build_only)), 1)
 
 
 def method_costs(footprints: Footprints, durations: Mapping[str, float]) -> tuple[float, float]:
@@ -111,7 +160,13 @@ def method_costs(footprints: Footprints, durations: Mapping[str, float]) -> tupl
 
 
 def replay(
-    git: Git, footprints: Footprints, durations: Mapping[str, float], last: int, source_dir: str
+    git: Git,
+    footprints: Footprints,
+    durations: Mapping[str, float],
+    last: int,
+    source_dir: str,
+    builds: BuildCosts = BuildCosts(),
+    compared: Mapping[str, frozenset[str]] | None = None,
 ) -> list[Replayed]:
     log = git.run("log", f"-{last}", "--format=%H%x09%s", "--", f"{source_dir}/*.py")
     cache = ModuleCache()
@@ -123,7 +178,8 @@ def replay(
         head = git.python_files(commit, source_dir)
         changes, unparsable, readers = compare_sources(base, head, cache)
         selection = select(footprints, changes, readers, unparsable)
-        count, seconds = cost(selection, footprints, durations)
+        same = (compared or {}).get(commit, frozenset()) & frozenset(selection.build_only)
+        count, seconds = cost(selection, footprints, durations, builds, same)
         results.append(
             Replayed(
                 commit,
@@ -134,6 +190,8 @@ def replay(
                 seconds,
                 bool(selection.changed_files),
                 selection.reasons,
+                len(selection.build_only),
+                len(same),
             )
         )
     return results
@@ -151,6 +209,7 @@ def summary(results: Sequence[Replayed], full_matrix_seconds: float) -> list[str
     half = sum(r.cpu_seconds >= full_matrix_seconds / 2 for r in results)
     still = [r for r in results if not r.executes_differently]
     adding = [r for r in results if r.new_methods]
+    building = [r for r in results if r.build_only]
     return [
         f"{len(results)} commits; CPU-seconds per side: median {statistics.median(seconds or [0]):.0f}, p90"
         f" {_percentile(seconds, 0.9):.0f}, mean {statistics.fmean(seconds or [0]):.0f} (the full matrix:"
@@ -160,6 +219,9 @@ def summary(results: Sequence[Replayed], full_matrix_seconds: float) -> list[str
         f"adding a method: {len(adding)} commits, whose new cases run (priced as a method of the matrix on average)",
         f"no case at all: {sum(r.cases == 0 for r in results)} commits; of them, {len(still)} change no executed code"
         f" ({sum(r.cases > 0 for r in still)} of those select a case)",
+        f"reached only while building: {len(building)} commits, {sum(r.build_only for r in building)} cases (each"
+        f" side fingerprints them); known to build the same: {sum(r.builds_same for r in building)} cases, not run;"
+        " the others count as run",
         f"cases per commit: median {statistics.median([r.cases for r in results] or [0]):.0f}, p90"
         f" {_percentile([r.cases for r in results], 0.9):.0f}",
     ]
@@ -175,6 +237,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--footprints", type=Path, default=Path("tests/footprints.json"))
     parser.add_argument("--durations", type=Path, default=Path("tests/durations.json"))
     parser.add_argument("--source-dir", default="src", help="the folder of the package in the repository")
+    parser.add_argument("--build-costs", type=Path, default=Path("tests/build_costs.json"))
+    parser.add_argument(
+        "--builds-compared", type=Path, help="per commit, the cases that built the same on both sides (JSON)"
+    )
     args = parser.parse_args(argv)
     try:
         return _replay(args)
@@ -186,9 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _replay(args: argparse.Namespace) -> int:
     footprints = load(args.footprints)
     durations = case_durations(args.durations)
+    builds, compared = build_costs(args.build_costs), builds_compared(args.builds_compared)
     git = Git(args.repo)
     try:
-        results = replay(git, footprints, durations, args.last, args.source_dir)
+        results = replay(git, footprints, durations, args.last, args.source_dir, builds, compared)
     finally:
         git.close()
     full_seconds = cost(Selection(True, (), ()), footprints, durations)[1]

@@ -23,7 +23,9 @@ def _commit(repo, message: str, text: str) -> None:
     )
 
 
-def test_replay_prices_each_commit_by_the_cases_it_selects(tmp_path, capsys):
+def _history(tmp_path, build_only: dict[str, frozenset[str]] | None = None) -> list[str]:
+    """A toy repository with three commits after the first, its footprints, durations and build costs: the
+    replay's arguments."""
     repo = tmp_path / "repo"
     (repo / "src" / "toy").mkdir(parents=True)
     (repo / "src" / "toy" / "__init__.py").write_text("")
@@ -43,6 +45,7 @@ def test_replay_prices_each_commit_by_the_cases_it_selects(tmp_path, capsys):
         Footprints(
             ("m/a/x", "m/b/x", "m/c/x"),
             {"toy/layer.py::forward": frozenset({"m/a/x", "m/b/x"}), "toy/layer.py::merge": frozenset({"m/b/x"})},
+            build_only=build_only or {},
         ).to_json()
     )
     durations = tmp_path / "durations.json"
@@ -54,9 +57,15 @@ def test_replay_prices_each_commit_by_the_cases_it_selects(tmp_path, capsys):
             }
         )
     )
+    costs = tmp_path / "build_costs.json"
+    costs.write_text(json.dumps({"overhead_seconds": 3.0, "per_case_seconds": 0.5}))
+    args = ["--repo", str(repo), "--last", "3", "--json", str(tmp_path / "replay.json"), "--build-costs", str(costs)]
+    return [*args, "--footprints", str(footprints), "--durations", str(durations)]
+
+
+def test_replay_prices_each_commit_by_the_cases_it_selects(tmp_path, capsys):
+    assert history_replay.main(_history(tmp_path)) == 0
     out = tmp_path / "replay.json"
-    args = ["--repo", str(repo), "--last", "3", "--json", str(out)]
-    assert history_replay.main([*args, "--footprints", str(footprints), "--durations", str(durations)]) == 0
     commits = {c["subject"]: c for c in json.loads(out.read_text())["commits"]}
     assert set(commits) == {"DOC say more", "FIX merge", "FIX forward"}  # the last three, newest first
     assert (commits["DOC say more"]["cases"], commits["DOC say more"]["executes_differently"]) == (0, False)
@@ -66,3 +75,20 @@ def test_replay_prices_each_commit_by_the_cases_it_selects(tmp_path, capsys):
     assert "3 commits; CPU-seconds per side: median 20, p90 30, mean 17 (the full matrix: 70)" in printed
     assert "full matrix: 0 of 3 commits (0%)" in printed
     assert "no case at all: 1 commits; of them, 1 change no executed code (0 of those select a case)" in printed
+
+
+def test_cases_reached_only_while_building_cost_their_fingerprints_and_run_unless_known_to_build_the_same(
+    tmp_path, capsys
+):
+    args = _history(tmp_path, build_only={"toy/layer.py::forward": frozenset({"m/a/x"})})
+    assert history_replay.main(args) == 0
+    commits = {c["subject"]: c for c in json.loads((tmp_path / "replay.json").read_text())["commits"]}
+    # m/a/x ran forward only while building: it still runs (nothing told its builds apart), after its fingerprints.
+    forward = commits["FIX forward"]
+    assert (forward["cases"], forward["cpu_seconds"], forward["build_only"]) == (2, 30.0 + 3.0 + 0.5, 1)
+    assert "reached only while building: 1 commits, 1 cases" in capsys.readouterr().out
+    compared = tmp_path / "compared.json"
+    compared.write_text(json.dumps({forward["commit"]: {"same": ["m/a/x"]}}))
+    assert history_replay.main([*args, "--builds-compared", str(compared)]) == 0
+    forward = {c["subject"]: c for c in json.loads((tmp_path / "replay.json").read_text())["commits"]}["FIX forward"]
+    assert (forward["cases"], forward["cpu_seconds"], forward["builds_same"]) == (1, 20.0 + 3.0 + 0.5, 1)

@@ -9,7 +9,8 @@ fingerprint holds what Dynamo can see of that, and what the case's later code re
   each as its tree: qualified names and types, every parameter and buffer (shape, dtype, ``requires_grad``, a digest
   of its values), the hooks registered on it (their functions), and every other attribute of its instance (plain
   values as text, objects by type and their attributes, functions by name);
-- the module-level values of the packages under test (a table a build registered a key in).
+- the module-level values of the packages under test (a table a build registered a key in), and the process-wide
+  torch settings every case must restore (``compile_audit.probe.global_state``: a build that sets one).
 
 Addresses and ids are left out: two processes building the same thing print the same fingerprint. A case whose
 first compile is not of a module (a Trainer that compiles by itself) still gets one: what is alive is fingerprinted
@@ -30,6 +31,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
+
+from compile_audit.probe import global_state
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
 _MAX_DEPTH = 4  # nested containers and objects past this depth are described by their type
@@ -98,7 +101,8 @@ def fingerprint(packages: Sequence[str], modules: Sequence[torch.nn.Module] | No
             ({"type": _type_name(m), "modules": _digests(module_tree(m))} for m in modules if id(m) not in held),
             key=lambda tree: (tree["type"], sorted(tree["modules"]), _digest(tree)),
         )
-        values = _digests(package_values(packages))
+        settings = {f"torch setting {name}": describe(value) for name, value in global_state.snapshot().items()}
+        values = _digests({**package_values(packages), **settings})
     return {"digest": _digest([trees, values]), "modules": trees, "package_values": values}
 
 

@@ -9,9 +9,9 @@ first check it failed (outputs differ from eager, a saved adapter is missing key
 Run it after recording a new part of the matrix, never to silence a regression: a known failure holds only what its
 known_* field names (from the report's fields: the frame at the limit, the type raised, the check's name), xfails
 while that happens and fails the run once it no longer does. Each reason it writes starts with "proposed: ", and
-tests/test_budgets_file.py fails until a person rewrites it in their own words (or removes it for a cause's
-known_failures that explains the failure). Cases over budget are not marked (record their budget with
---update-budgets). An existing known failure is kept, and extended where the case now also fails on a problem it
+tests/test_budgets_file.py fails until a person rewrites it in their own words; where a cause's known_failures name
+every problem an entry holds, it writes no reason (the cause is the reason). Cases over budget are not marked
+(record their budget with --update-budgets). An existing known failure is kept, and extended where the case now also fails on a problem it
 does not hold (see ``extended``). Exit status: 0, or 2 on bad input.
 """
 
@@ -113,13 +113,16 @@ def extended(
     entry = dataclasses.replace(
         previous, **{field: (*getattr(previous, field), *names) for field, names in added.items()}
     )
-    identities = known_failure_identities(case_id, dataclasses.replace(previous, **added))
-    if previous.known_failure or not all(
-        any(cause.explains_known_failure(identity) for cause in causes.values()) for identity in identities
-    ):
+    if previous.known_failure or not named_by_causes(case_id, dataclasses.replace(previous, **added), causes):
         widened = f"{PROPOSED_REASON}{previous.known_reason}; now also: {reason}"
         entry = dataclasses.replace(entry, known_failure=widened)
     return entry
+
+
+def named_by_causes(case_id: str, entry: Budget, causes: dict[str, Cause]) -> bool:
+    """Every problem the entry holds is one a cause's ``known_failures`` names: the cause is its reason."""
+    identities = known_failure_identities(case_id, entry)
+    return all(any(cause.explains_known_failure(i) for cause in causes.values()) for i in identities)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,9 +161,9 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     verb = "extended"
                 else:
-                    entry = dataclasses.replace(
-                        previous or Budget(), known_failure=PROPOSED_REASON + reason, recorded=True, **held
-                    )
+                    entry = dataclasses.replace(previous or Budget(), recorded=True, **held)
+                    if not named_by_causes(case_id, entry, budgets.causes):
+                        entry = dataclasses.replace(entry, known_failure=PROPOSED_REASON + reason)
                     verb = "marked"
                 budgets.entries[case_id] = entry
                 added.append(case_id)

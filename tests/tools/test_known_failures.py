@@ -193,3 +193,17 @@ def test_a_known_failure_that_holds_all_it_fails_on_is_left_alone(tmp_path, caps
     assert record_known_failures.main([str(report), "--budgets", str(budgets), "--write"]) == 0
     assert budgets.read_text() == before
     assert "marked 0 known failure(s)" in capsys.readouterr().out
+
+
+def test_a_new_known_failure_a_cause_names_gets_no_reason_of_its_own(tmp_path, capsys):
+    budgets = tmp_path / "budgets.toml"
+    budgets.write_text(CAUSES)
+    case = fake.case("llama-tiny/lora-dora/multi-adapter", "failed", message="the wrapper at the limit")
+    case["recompiles"]["limit_hits"] = [LIMIT_HIT]
+    case["problems"] = [{"kind": "recompile limit", "names": []}]
+    report = fake.write(tmp_path / "report.json", fake.report([case]))
+    assert record_known_failures.main([str(report), "--budgets", str(budgets), "--write"]) == 0
+    entry = BudgetFile.load(budgets).entries["llama-tiny/lora-dora/multi-adapter"]
+    assert entry.known_recompile_limit == ("wrapped_func at transformers/utils/deprecation.py",)
+    assert entry.known_failure == ""
+    assert [text for text in entry.known_because if "the wrapper recompiles per caller" in text]

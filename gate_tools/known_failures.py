@@ -11,8 +11,8 @@ known_* field names (from the report's fields: the frame at the limit, the type 
 while that happens and fails the run once it no longer does. Each reason it writes starts with "proposed: ", and
 tests/test_budgets_file.py fails until a person rewrites it in their own words; where a cause's known_failures name
 every problem an entry holds, it writes no reason (the cause is the reason). Cases over budget are not marked
-(record their budget with --update-budgets). An existing known failure is kept, and extended where the case now also fails on a problem it
-does not hold (see ``extended``). Exit status: 0, or 2 on bad input.
+(record their budget with --update-budgets). An existing known failure is kept, and extended where the case now
+also fails on a problem it does not hold (see ``extended``). Exit status: 0, or 2 on bad input.
 """
 
 from __future__ import annotations

@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repo", required=True, type=Path, help="a clone of PEFT's git repository")
     parser.add_argument("--replay", required=True, type=Path, help="the replay's --json output")
     parser.add_argument("--costliest", type=int, default=5, help="how many commits, costliest first, that build-only")
+    parser.add_argument("--commit", action="append", default=[], help="these commits instead (a prefix will do)")
     parser.add_argument("--output", required=True, type=Path)
     parser.add_argument("--footprints", type=Path, default=ROOT / "tests" / "footprints.json")
     parser.add_argument("--source-dir", default="src")
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     chosen = sorted((c for c in commits if c.get("build_only")), key=lambda c: -c["cpu_seconds"])[: args.costliest]
+    if args.commit:
+        chosen = [c for c in commits if any(c["commit"].startswith(prefix) for prefix in args.commit)]
     done = json.loads(args.output.read_text(encoding="utf-8")) if args.output.exists() else {}
     git = Git(args.repo)
     try:

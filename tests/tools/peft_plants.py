@@ -126,6 +126,24 @@ PLANTS: dict[str, tuple[Edit, ...]] = {
             "                    result = result + lora_B(lora_A(dropout(x))) * scaling\n",
         ),
     ),
+    # Build-time code only (LoraLayer.update_layer, which most cases run only while building their model): the same
+    # model written another way, then a model built differently (Dropout(p=0.0) where Identity was).
+    "lora-build-refactor": (
+        Edit(
+            "peft/tuners/lora/layer.py",
+            "        if lora_dropout > 0.0:\n            lora_dropout_layer = nn.Dropout(p=lora_dropout)\n"
+            "        else:\n            lora_dropout_layer = nn.Identity()\n",
+            "        lora_dropout_layer = nn.Dropout(p=lora_dropout) if lora_dropout > 0.0 else nn.Identity()\n",
+        ),
+    ),
+    "lora-build-change": (
+        Edit(
+            "peft/tuners/lora/layer.py",
+            "        if lora_dropout > 0.0:\n            lora_dropout_layer = nn.Dropout(p=lora_dropout)\n"
+            "        else:\n            lora_dropout_layer = nn.Identity()\n",
+            "        lora_dropout_layer = nn.Dropout(p=lora_dropout)\n",
+        ),
+    ),
 }
 UPSTREAM_COMMITS = {"undo-3183": ("15af19751a0a960a4e4f1847a4b5dee0f801e0aa", "src/peft/utils/hotswap.py")}
 

@@ -46,6 +46,14 @@ class Frame:
         return self.function.removeprefix(RESUME_PREFIX).rpartition("_at_")[0]
 
     @property
+    def resumed_line(self) -> int | None:
+        """The line of the break a resume function continues after (its name's ``_at_<line>``); None otherwise."""
+        if self.resumes is None:
+            return None
+        line = self.function.rpartition("_at_")[2]
+        return int(line) if line.isdigit() else None
+
+    @property
     def own_function(self) -> str:
         """The function this frame's code belongs to: a resume function's is the one it resumes."""
         return self.resumes or self.function

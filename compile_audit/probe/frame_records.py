@@ -29,7 +29,6 @@ _GRAPH_BREAK_FAILURES = frozenset({"Unsupported", "UserError"})
 _TRACEBACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<name>\S+)$')
 _COMPILE_ID = re.compile(r"(\d+)/(\d+)\]?$")
 _METRICS_LIMIT = 100_000  # a phase's frame compiles all stay in the window (Dynamo's default keeps 64)
-_RESUME_FUNCTION = re.compile(r"^torch_dynamo_resume_in_(?P<name>.+)_at_(?P<line>\d+)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,9 +134,9 @@ class FrameRecords:
             if compile_id and m.co_name and m.co_filename:
                 self.codes[compile_id] = str(Frame(m.co_name, short_path(m.co_filename), m.co_firstlineno or 0))
                 self._compiled[compile_id] = (m.co_name, m.co_filename)
-            resumed = _RESUME_FUNCTION.match(m.co_name or "")
-            if resumed and m.co_filename and compile_id.endswith("/0"):
-                self.resumed_at.append((location(m.co_filename, int(resumed["line"])), resumed["name"]))
+            resumed = Frame(m.co_name or "")
+            if resumed.resumed_line is not None and m.co_filename and compile_id.endswith("/0"):
+                self.resumed_at.append((location(m.co_filename, resumed.resumed_line), resumed.resumes))
         self.eager_frames = [
             eager_frame_break(m, tracebacks)
             for m in metrics

@@ -270,3 +270,10 @@ def test_a_frame_run_eagerly_takes_the_stack_of_its_own_break(tmp_path):
     brk = eager_frame_break(metrics, tracebacks)
     assert brk.location.endswith("model.py:14") and brk.stopped_in == "helper"
     assert [entry.rsplit(" in ", 1)[1] for entry in brk.stack] == ["forward", "forward", "helper"]
+
+
+def test_a_resume_function_names_the_function_and_the_line_it_resumes():
+    resume = Frame.parse("torch_dynamo_resume_in_forward_at_201 at peft/tuners/lora/layer.py:201")
+    assert (resume.resumes, resume.resumed_line, resume.own_function) == ("forward", 201, "forward")
+    plain = Frame.parse("forward at peft/tuners/lora/layer.py:190")
+    assert (plain.resumes, plain.resumed_line, plain.own_function) == (None, None, "forward")

@@ -23,6 +23,7 @@ import enum
 import gc
 import hashlib
 import json
+import os
 import re
 import sys
 import types
@@ -101,7 +102,11 @@ def fingerprint(packages: Sequence[str], modules: Sequence[torch.nn.Module] | No
             ({"type": _type_name(m), "modules": _digests(module_tree(m))} for m in modules if id(m) not in held),
             key=lambda tree: (tree["type"], sorted(tree["modules"]), _digest(tree)),
         )
-        settings = {f"torch setting {name}": describe(value) for name, value in global_state.snapshot().items()}
+        settings = {
+            f"torch setting {name}": describe(value)
+            for name, value in global_state.snapshot().items()
+            if not (isinstance(value, str) and os.path.isabs(value))  # where torch is installed: each venv its own
+        }
         values = _digests({**package_values(packages), **settings})
     return {"digest": _digest([trees, values]), "modules": trees, "package_values": values}
 

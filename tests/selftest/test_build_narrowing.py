@@ -197,3 +197,14 @@ def test_a_fingerprint_run_stops_the_case_at_its_first_compile_with_what_its_fra
     roots = [tree["type"] for tree in stopped.value.fingerprint["modules"]]
     assert roots == ["torch.nn.modules.container.Sequential", "torch.nn.modules.linear.Linear"]
     _compile_first([model])  # outside a fingerprint run: nothing happens
+
+
+def test_where_torch_is_installed_is_no_part_of_a_build(monkeypatch):
+    """Each side of the gate has its own venv: torch settings that hold a path differ by the venv alone."""
+    model = torch.nn.Linear(2, 2)
+    monkeypatch.setattr(torch._dynamo.config, "debug_dir_root", "/base/venv/torch_compile_debug")
+    base = builds.fingerprint(["tests"], [model])
+    monkeypatch.setattr(torch._dynamo.config, "debug_dir_root", "/head/venv/torch_compile_debug")
+    assert builds.fingerprint(["tests"], [model])["digest"] == base["digest"]
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)
+    assert builds.fingerprint(["tests"], [model])["digest"] != base["digest"]

@@ -10,7 +10,8 @@ fingerprint holds what Dynamo can see of that, and what the case's later code re
   of its values), the hooks registered on it (their functions), and every other attribute of its instance (plain
   values as text, objects by type and their attributes, functions by name);
 - the module-level values of the packages under test (a table a build registered a key in), and the process-wide
-  torch settings every case must restore (``compile_audit.probe.global_state``: a build that sets one).
+  torch settings every case must restore (``compile_audit.probe.global_state``: a build that sets one), and torch's
+  random state (a build that draws one number more changes what the steps after it draw).
 
 Addresses and ids are left out: two processes building the same thing print the same fingerprint. A case whose
 first compile is not of a module (a Trainer that compiles by itself) still gets one: what is alive is fingerprinted
@@ -107,7 +108,8 @@ def fingerprint(packages: Sequence[str], modules: Sequence[torch.nn.Module] | No
             for name, value in global_state.snapshot().items()
             if not (isinstance(value, str) and os.path.isabs(value))  # where torch is installed: each venv its own
         }
-        values = _digests({**package_values(packages), **settings})
+        rng = {"torch random state": tensor_summary(torch.get_rng_state())}  # what the steps after the build draw
+        values = _digests({**package_values(packages), **settings, **rng})
     return {"digest": _digest([trees, values]), "modules": trees, "package_values": values}
 
 

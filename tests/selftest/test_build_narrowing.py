@@ -163,6 +163,7 @@ def _fingerprint(tmp_path, name: str, rank: int = 2, extra: str = "pass") -> dic
         ("a table the package keeps", {"extra": "TABLE['layer'] = 1"}),
         ("parameter values", {"extra": "torch.nn.init.zeros_(model[0].bias)"}),
         ("a torch setting", {"extra": "torch._dynamo.config.recompile_limit = 3"}),
+        ("the random state", {"extra": "torch.rand(1)"}),
     ],
 )
 def test_a_build_change_that_alters_the_model_keeps_the_case(tmp_path, what, head):

@@ -27,6 +27,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import types
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -39,6 +40,7 @@ from compile_audit.probe import global_state
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
 _MAX_DEPTH = 4  # nested containers and objects past this depth are described by their type
 _PLAIN = (str, int, float, bool, complex, bytes, type(None))
+_TEMPORARY = tempfile.gettempdir().rstrip("/") + "/"
 
 
 class BuildFingerprinted(Exception):
@@ -170,6 +172,8 @@ def describe(value: Any, depth: int = 0) -> Any:
     """A value as JSON data that two processes agree on."""
     if isinstance(value, enum.Enum):
         return f"{_type_name(value)}.{value.name}"
+    if isinstance(value, str) and value.startswith(_TEMPORARY):
+        return "<a temporary path>"  # a folder the case made to save and load through: its name is random
     if isinstance(value, _PLAIN):
         return value if not isinstance(value, (bytes, complex)) else repr(value)
     if isinstance(value, torch.Tensor):

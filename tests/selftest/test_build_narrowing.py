@@ -200,6 +200,17 @@ def test_a_fingerprint_run_stops_the_case_at_its_first_compile_with_what_its_fra
     _compile_first([model])  # outside a fingerprint run: nothing happens
 
 
+def test_a_temporary_folder_s_random_name_is_no_part_of_a_build(tmp_path):
+    """The zoo saves a quantized base (and X-LoRA's experts) to a fresh temporary folder and loads it from there: the
+    config then names that folder."""
+    base, head = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    head.load_state_dict(base.state_dict())
+    base.name_or_path, head.name_or_path = str(tmp_path / "quantized-base-a1b2"), str(tmp_path / "quantized-base-c3d4")
+    assert builds.fingerprint([], [base])["digest"] == builds.fingerprint([], [head])["digest"]
+    head.name_or_path = "a-hub-model-id"
+    assert builds.fingerprint([], [base])["digest"] != builds.fingerprint([], [head])["digest"]
+
+
 def test_where_torch_is_installed_is_no_part_of_a_build(monkeypatch):
     """Each side of the gate has its own venv: torch settings that hold a path differ by the venv alone."""
     model = torch.nn.Linear(2, 2)

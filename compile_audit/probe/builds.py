@@ -150,7 +150,12 @@ def tensor_summary(tensor: torch.Tensor | None) -> Any:
         "dtype": str(tensor.dtype),
         "requires_grad": tensor.requires_grad,
     }
-    if tensor.device.type != "meta" and not tensor.is_sparse:
+    flatten = getattr(type(tensor), "__tensor_flatten__", None)
+    if flatten is not None:  # a tensor subclass (torchao's quantized weights): the tensors it is made of
+        names, context = tensor.__tensor_flatten__()
+        summary["inner"] = {name: tensor_summary(getattr(tensor, name)) for name in names}
+        summary["context"] = _ADDRESS.sub("", repr(context))[:200]
+    elif tensor.device.type != "meta" and not tensor.is_sparse:
         data = tensor.detach().cpu().reshape(-1).contiguous()
         summary["values"] = hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
     return summary

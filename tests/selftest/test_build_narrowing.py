@@ -220,3 +220,17 @@ def test_where_torch_is_installed_is_no_part_of_a_build(monkeypatch):
     assert builds.fingerprint(["tests"], [model])["digest"] == base["digest"]
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)
     assert builds.fingerprint(["tests"], [model])["digest"] != base["digest"]
+
+
+def test_a_tensor_subclass_is_fingerprinted_by_the_tensors_it_is_made_of():
+    """torchao's quantized weights are tensor subclasses whose bytes cannot be viewed: their inner tensors are."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    def linear(second: float) -> torch.nn.Linear:
+        torch.manual_seed(0)  # the fingerprint holds the random state, as a case's seeded build leaves it
+        layer = torch.nn.Linear(2, 2, bias=False)
+        layer.weight = torch.nn.Parameter(TwoTensor(torch.ones(2, 2), torch.full((2, 2), second)), requires_grad=False)
+        return layer
+
+    assert builds.fingerprint([], [linear(0.0)])["digest"] == builds.fingerprint([], [linear(0.0)])["digest"]
+    assert builds.fingerprint([], [linear(0.0)])["digest"] != builds.fingerprint([], [linear(1.0)])["digest"]

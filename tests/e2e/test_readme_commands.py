@@ -115,6 +115,22 @@ def _entry(path: Path, case_id: str) -> dict:
     return entry
 
 
+def test_build_fingerprints_of_one_case_twice_are_equal(tmp_path):
+    """What the gate runs on each side for the cases a change reaches only while building: the same build, the same
+    fingerprint, from two processes."""
+    cases = tmp_path / "cases.txt"
+    cases.write_text(f"{ONE_CASE}\n")
+    digests = []
+    for run_number in (1, 2):
+        out = tmp_path / f"builds-{run_number}.json"
+        result = pytest_run(f"--build-fingerprints={out}", f"--cases={cases}")
+        assert result.returncode == 0, explain(result)
+        found = json.loads(out.read_text())["cases"][ONE_CASE]
+        assert "digest" in found, found
+        digests.append(found["digest"])
+    assert digests[0] == digests[1]
+
+
 def test_selftest_marker_selects_only_selftests():
     collected = pytest_run("-m", "selftest", "--collect-only", "-q")
     items = [line for line in collected.stdout.splitlines() if "::" in line]

@@ -211,15 +211,15 @@ def test_a_temporary_folder_s_random_name_is_no_part_of_a_build(tmp_path):
     assert builds.fingerprint([], [base])["digest"] != builds.fingerprint([], [head])["digest"]
 
 
-def test_where_torch_is_installed_is_no_part_of_a_build(monkeypatch):
+def test_where_torch_is_installed_is_no_part_of_a_build():
     """Each side of the gate has its own venv: torch settings that hold a path differ by the venv alone."""
     model = torch.nn.Linear(2, 2)
-    monkeypatch.setattr(torch._dynamo.config, "debug_dir_root", "/base/venv/torch_compile_debug")
-    base = builds.fingerprint(["tests"], [model])
-    monkeypatch.setattr(torch._dynamo.config, "debug_dir_root", "/head/venv/torch_compile_debug")
-    assert builds.fingerprint(["tests"], [model])["digest"] == base["digest"]
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 3)
-    assert builds.fingerprint(["tests"], [model])["digest"] != base["digest"]
+    with torch._dynamo.config.patch(debug_dir_root="/base/venv/torch_compile_debug"):
+        base = builds.fingerprint(["tests"], [model])
+    with torch._dynamo.config.patch(debug_dir_root="/head/venv/torch_compile_debug"):
+        assert builds.fingerprint(["tests"], [model])["digest"] == base["digest"]
+    with torch._dynamo.config.patch(debug_dir_root="/base/venv/torch_compile_debug", recompile_limit=3):
+        assert builds.fingerprint(["tests"], [model])["digest"] != base["digest"]
 
 
 def test_a_tensor_subclass_is_fingerprinted_by_the_tensors_it_is_made_of():

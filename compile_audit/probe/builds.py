@@ -41,6 +41,9 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
 _MAX_DEPTH = 4  # nested containers and objects past this depth are described by their type
 _PLAIN = (str, int, float, bool, complex, bytes, type(None))
 _TEMPORARY = tempfile.gettempdir().rstrip("/") + "/"
+# What every nn.Module keeps for itself (parameters, buffers, children, hooks: each read on its own above), but the
+# training flag; private attributes of a subclass (an adapter's _active_adapter) are its state, and count.
+_MODULE_BOOKKEEPING = frozenset(vars(torch.nn.Module())) - {"training"}
 
 
 class BuildFingerprinted(Exception):
@@ -132,13 +135,15 @@ def module_tree(root: torch.nn.Module) -> dict[str, Any]:
             "parameters": {n: tensor_summary(p) for n, p in module._parameters.items()},
             "buffers": {n: tensor_summary(b) for n, b in module._buffers.items()},
             "hooks": _hooks(module),
-            "attributes": {
-                key: describe(value)
-                for key, value in sorted(vars(module).items())
-                if not key.startswith("_") or key in ("_active_adapter", "_disable_adapters", "_adapters")
-            },
+            "attributes": _attributes(module),
         }
     return tree
+
+
+def _attributes(module: torch.nn.Module) -> dict[str, Any]:
+    if isinstance(module, torch._dynamo.eval_frame.OptimizedModule):
+        return {"training": module.training}  # a compile's wrapper: its state is Dynamo's, the module is its child
+    return {key: describe(value) for key, value in sorted(vars(module).items()) if key not in _MODULE_BOOKKEEPING}
 
 
 def tensor_summary(tensor: torch.Tensor | None) -> Any:
@@ -234,4 +239,5 @@ def _type_name(value: Any) -> str:
 
 def _callable_name(value: Any) -> str:
     function = getattr(value, "__func__", value)
-    return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', repr(function))}"
+    name = getattr(function, "__qualname__", None) or _ADDRESS.sub("", repr(function))  # a partial: its repr
+    return f"{getattr(function, '__module__', '?')}.{name}"

@@ -160,6 +160,8 @@ def _fingerprint(tmp_path, name: str, rank: int = 2, extra: str = "pass") -> dic
         ("requires_grad", {"extra": "model[0].weight.requires_grad_(False)"}),
         ("a hook", {"extra": "model[1].register_forward_pre_hook(lambda m, a: None)"}),
         ("an attribute", {"extra": "model[1].scaling = 0.5"}),
+        ("a private attribute", {"extra": "model[1]._scale = 2"}),
+        ("the training flag", {"extra": "model.eval()"}),
         ("a table the package keeps", {"extra": "TABLE['layer'] = 1"}),
         ("parameter values", {"extra": "torch.nn.init.zeros_(model[0].bias)"}),
         ("a torch setting", {"extra": "torch._dynamo.config.recompile_limit = 3"}),
@@ -234,3 +236,19 @@ def test_a_tensor_subclass_is_fingerprinted_by_the_tensors_it_is_made_of():
 
     assert builds.fingerprint([], [linear(0.0)])["digest"] == builds.fingerprint([], [linear(0.0)])["digest"]
     assert builds.fingerprint([], [linear(0.0)])["digest"] != builds.fingerprint([], [linear(1.0)])["digest"]
+
+
+def test_a_method_bound_over_a_partial_reads_the_same_in_two_builds():
+    """torchao sets a quantized layer's extra_repr to a method over a functools.partial, whose repr holds addresses."""
+    import functools
+    import types
+
+    def described() -> object:
+        def extra_repr(module, parameter_name):  # a function object of its own each build, as in each process
+            return parameter_name
+
+        layer = torch.nn.Linear(2, 2)
+        layer.extra_repr = types.MethodType(functools.partial(extra_repr, parameter_name="weight"), layer)
+        return builds.describe(layer.extra_repr)
+
+    assert described() == described()

@@ -23,23 +23,12 @@ import time
 from pathlib import Path
 
 from compile_audit.artifacts import builds_file
-from compile_audit.artifacts.change_selection import ModuleCache, compare_sources, select
-from compile_audit.artifacts.footprints_file import Footprints, FootprintsError, load
-from compile_audit.artifacts.history_replay import Git
+from compile_audit.artifacts.footprints_file import FootprintsError, load
+from compile_audit.artifacts.history_replay import Git, commit_selection
 from compile_audit.files import write_text_atomic
 from gate_tools import checkout
 
 ROOT = checkout.find() or Path()
-
-
-def build_only_cases(git: Git, footprints: Footprints, commit: str, source_dir: str) -> tuple[str, list[str]]:
-    """The commit's first parent, and the cases its change reaches only while building."""
-    parents = git.run("rev-list", "--parents", "-n", "1", commit).split()[1:]
-    if not parents:
-        return "", []
-    base, head = git.python_files(parents[0], source_dir), git.python_files(commit, source_dir)
-    changes, unparsable, readers = compare_sources(base, head, ModuleCache())
-    return parents[0], list(select(footprints, changes, readers, unparsable).build_only)
 
 
 def export(git: Git, commit: str, source_dir: str, into: Path) -> Path:
@@ -89,7 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     git = Git(args.repo)
     try:
         for commit in (c["commit"] for c in chosen if c["commit"] not in done):
-            parent, cases = build_only_cases(git, footprints, commit, args.source_dir)
+            parent, selection = commit_selection(git, footprints, commit, args.source_dir)
+            if parent is None:
+                continue
+            cases = list(selection.build_only)
             with tempfile.TemporaryDirectory() as folder:
                 work = Path(folder)
                 sides = {}

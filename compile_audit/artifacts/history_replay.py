@@ -159,6 +159,16 @@ def method_costs(footprints: Footprints, durations: Mapping[str, float]) -> tupl
     return statistics.fmean(len(v) for v in by_method.values()), statistics.fmean(sum(v) for v in by_method.values())
 
 
+def commit_selection(
+    git: Git, footprints: Footprints, commit: str, source_dir: str, cache: ModuleCache | None = None
+) -> tuple[str | None, Selection]:
+    """A commit's first parent (None for a root commit) and what the change from it selects."""
+    parents = git.run("rev-list", "--parents", "-n", "1", commit).split()[1:]
+    base = git.python_files(parents[0], source_dir) if parents else {}
+    changes, unparsable, readers = compare_sources(base, git.python_files(commit, source_dir), cache or ModuleCache())
+    return (parents[0] if parents else None), select(footprints, changes, readers, unparsable)
+
+
 def replay(
     git: Git,
     footprints: Footprints,
@@ -173,11 +183,7 @@ def replay(
     results = []
     for line in log.splitlines():
         commit, subject = line.split("\t", 1)
-        parents = git.run("rev-list", "--parents", "-n", "1", commit).split()[1:]
-        base = git.python_files(parents[0], source_dir) if parents else {}
-        head = git.python_files(commit, source_dir)
-        changes, unparsable, readers = compare_sources(base, head, cache)
-        selection = select(footprints, changes, readers, unparsable)
+        selection = commit_selection(git, footprints, commit, source_dir, cache)[1]
         same = (compared or {}).get(commit, frozenset()) & frozenset(selection.build_only)
         count, seconds = cost(selection, footprints, durations, builds, same)
         results.append(

@@ -21,7 +21,6 @@ all the same.
 from __future__ import annotations
 
 import enum
-import gc
 import hashlib
 import json
 import os
@@ -87,19 +86,15 @@ def held_by_frames(frame: types.FrameType | None) -> list[torch.nn.Module]:
         for value in frame.f_locals.values():
             values = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
             for item in (value, *values):
-                if issubclass(type(item), torch.nn.Module):
+                if issubclass(type(item), torch.nn.Module):  # type(): a lazy module answers __class__ by __getattr__
                     found.setdefault(id(item), item)
         frame = frame.f_back
     return list(found.values())
 
 
-def fingerprint(packages: Sequence[str], modules: Sequence[torch.nn.Module] | None = None) -> dict[str, Any]:
-    """The root modules among ``modules`` (default: every live one) and the packages' module values, with one digest
-    of it all. Roots are sorted: the order objects are found in is no part of a build."""
-    if modules is None:
-        gc.collect()
-        modules = [obj for obj in gc.get_objects() if issubclass(type(obj), torch.nn.Module)]
-    # type(), not isinstance(): a lazy module object answers __class__ through its __getattr__
+def fingerprint(packages: Sequence[str], modules: Sequence[torch.nn.Module]) -> dict[str, Any]:
+    """The root modules among ``modules`` and the packages' module values, with one digest of it all. Roots are
+    sorted: the order objects are found in is no part of a build."""
     modules = [m for m in modules if not issubclass(type(m), torch.fx.GraphModule)]
     held = {id(child) for module in modules for child in module.modules() if child is not module}
     with warnings.catch_warnings():

@@ -138,7 +138,7 @@ sys.path.insert(0, sys.argv[1])
 import toybuild
 from compile_audit.probe import builds
 model = toybuild.build()
-print(json.dumps(builds.fingerprint(["toybuild"])))
+print(json.dumps(builds.fingerprint(["toybuild"], [model])))
 """
 
 

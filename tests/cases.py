@@ -6,6 +6,7 @@ import dataclasses
 import enum
 
 from bench_models import CORE_METHODS, METHODS, MODELS, OPERATIONS
+from compile_audit.case_ids import CaseId
 from compile_audit.probe.policy import CompilePolicy
 
 # Scenario -> the lifecycle operation a method must support to run it (None: every method). Each lifecycle
@@ -464,3 +465,16 @@ def _full_matrix_only() -> dict[tuple[str, str], tuple[str, ...]]:
 
 # (model, scenario) -> the CPU tier's methods that run with --full-matrix only, derived from SELECTION.
 FULL_MATRIX_ONLY = _full_matrix_only()
+
+
+def derived_case_templates(cpu_backend: str = "eager") -> list[str]:
+    """The ids of the cases a method the registry does not know gets in the default run, ``{method}`` in place of its
+    name (before its layers' limits leave some out): what a pull request adding a method runs on the gate."""
+    return sorted(
+        str(CaseId(model, "{method}", scenario, row.device, cpu_backend))
+        for row in SELECTION
+        if Group.DERIVED in row.methods.groups and row.device == "cpu" and not row.full_matrix_only
+        if cpu_backend in row.cpu_backends
+        for model in row.models
+        for scenario in row.scenarios
+    )

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -43,6 +45,7 @@ from compile_audit.artifacts.code_changes import (
     UnparsableSource,
 )
 from compile_audit.artifacts.footprints_file import Footprints, FootprintsError, from_reports, load, merged
+from compile_audit.artifacts.outside_names import spelled_outside
 from compile_audit.files import write_text_atomic
 
 EVERYTHING = None  # a pick that selects every case
@@ -50,6 +53,7 @@ CALLER_DEPTH = 3  # how far up the callers of a function that no case ran the se
 # Module-level functions Python calls without naming them: one added to a module that existed answers what used to
 # raise (``hasattr``); in a new module, only new code can reach it, and that code is selected on its own
 MODULE_HOOKS = frozenset({"__getattr__", "__dir__"})
+_QUOTED = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")  # a name or string in an ``ast.dump``
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +97,7 @@ class Readers:
         self.at_import: dict[str, list[tuple[str, code_changes.Statement]]] = {}
         # base's own name -> (path, class qualname, the base as written there: ``Layer`` or ``lora.Layer``)
         self.subclasses: dict[str, set[tuple[str, str, str]]] = {}
+        self._body_words: set[str] | None = None
         for module in modules:
             self.modules.setdefault(module.path, module)
             self.versions.setdefault(module.path, []).append(module)
@@ -171,6 +176,19 @@ class Readers:
                 written |= tables.written_tables(function.node)
         return written or None
 
+    def spelled_in_a_body(self, name: str) -> bool:
+        """Whether a module or class body statement spells the name (``adapter_layer_names = ("lora_A", ...)``, a
+        name code may look up by string)."""
+        if self._body_words is None:
+            self._body_words = {
+                word
+                for versions in self.versions.values()
+                for m in versions
+                for s in m.statements
+                for word in _QUOTED.findall(s.dump)
+            }
+        return name in self._body_words
+
     def of_attribute(self, name: str) -> set[str]:
         """Functions that read an attribute of that name on anything (a class attribute, a dataclass field)."""
         return self.by_attribute.get(name, set()) | self.by_string.get(name, set())
@@ -246,9 +264,16 @@ def _names(names: Iterable[str]) -> str:
 
 
 class _Rules:
-    def __init__(self, footprints: Footprints, readers: Readers, changed: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        footprints: Footprints,
+        readers: Readers,
+        changed: Iterable[str] = (),
+        outside: frozenset[str] | None = None,
+    ) -> None:
         self.footprints, self.readers = footprints, readers
         self.changed = frozenset(changed)  # functions (keys) whose changed statements their own pick selects
+        self.outside = outside  # the words code outside the package spells (None: unknown)
 
     def cases_of(self, keys: Iterable[str]) -> frozenset[str]:
         return frozenset().union(*(self.footprints.ran(key) for key in keys))
@@ -317,8 +342,7 @@ class _Rules:
         owner = self.readers.enclosing_class(change.path, change.qualname)
         if change.kind == "added":
             if owner is not None:
-                cases = self.class_cases(change.path, owner)
-                return Pick(cases, f"{label}: added to {owner}: the {_count(cases)} that ran it or a subclass")
+                return self.added_method(label, change.path, owner, change.qualname.rpartition(".")[2])
             if change.qualname in MODULE_HOOKS and len(self.readers.versions.get(change.path, ())) == 2:
                 return Pick(EVERYTHING, f"{label}: added: Python calls it for any missing attribute of the module")
             cases = self.unrun(change.path, change.qualname)
@@ -345,6 +369,31 @@ class _Rules:
         cases = self.unrun(change.path, change.qualname)
         where = f"ran {owner} (or a subclass) and code that names it" if owner else "ran code that names it"
         return Pick(cases, f"{label}: {change.kind}, run by no recorded case: the {_count(cases)} that {where}")
+
+    def added_method(self, label: str, path: str, owner: str, name: str) -> Pick:
+        """A method added to a class: where its instances can be (the cases that ran the class or a subclass), it
+        changes what a lookup of its name finds. Where nothing outside the package can look the name up (no outside
+        source spells it, it is no special method, no class or module body spells it), the lookups are the
+        package's own: the cases that ran a statement naming it, or a method of that name it may now override."""
+        cases = self.class_cases(path, owner)
+        whole = f"{label}: added to {owner}: the {_count(cases)} that ran it or a subclass"
+        if name.startswith("__") and name.endswith("__"):
+            return Pick(cases, f"{whole} (Python calls it by protocol)")
+        if self.outside is None:
+            return Pick(cases, f"{whole} (the code outside the package is unknown here)")
+        if name in self.outside:
+            return Pick(cases, f"{whole} (code outside the package spells `{name}`)")
+        if self.readers.spelled_in_a_body(name):
+            return Pick(cases, f"{whole} (a class or module body spells `{name}`)")
+        overridden = frozenset().union(
+            *(ran for key, ran in self.footprints.runs.items() if key.rpartition(".")[2] == name)
+        )
+        narrowed = cases & (self.cases_reading(self.readers.of_attribute(name), {name}) | overridden)
+        return Pick(
+            narrowed,
+            f"{label}: added to {owner}, a name only the package spells: the {_count(narrowed)} that ran {owner} (or"
+            " a subclass) and a statement naming it or a method of that name",
+        )
 
     def building(self, pick: Pick, label: str) -> Pick:
         """The pick's cases that ran the function only while building their model are marked as such."""
@@ -461,6 +510,28 @@ class _Rules:
             )
         return Pick(EVERYTHING, f"{where}: runs at import and binds no name, in {folder}/: every case")
 
+    def less_new_subpackages(self, picks: list[Pick], paths: Iterable[str]) -> list[Pick]:
+        """The picks less the cases that ran a subpackage base lacks: those are the new method's, which run as its
+        new cases. Only a footprints file recorded after the method came (a replay of history) holds any."""
+        folders = sorted({p.rpartition("/")[0] for p in paths if self.readers.in_new_folder(p)})
+        own = {folder: self.footprints.ran_any(f"{folder}/") for folder in folders}
+        own = {folder: cases for folder, cases in own.items() if cases}
+        if not own:
+            return picks
+        every = frozenset().union(*own.values())
+        kept = []
+        for pick in picks:
+            if pick.cases is EVERYTHING or not pick.cases & every:
+                kept.append(pick)
+                continue
+            left = pick.cases - every
+            reason = (
+                f"{pick.reason}; {len(pick.cases) - len(left)} of them ran {', '.join(f'{f}/' for f in own)}, which"
+                f" base lacks (the new method's cases, run as new): {_count(left)} left"
+            )
+            kept.append(dataclasses.replace(pick, cases=left, reason=reason, building=pick.building - every))
+        return kept
+
     def computed_from(self, path: str, names: set[str]) -> set[tuple[str, str, str]]:
         """The names, and those that module-level or class-body code computes from them at import (transitively),
         each with the module that binds it and its class ("" for the module)."""
@@ -477,14 +548,21 @@ class _Rules:
 
 
 def select(
-    footprints: Footprints, changes: Sequence[ModuleChanges], readers: Readers, unparsable: Sequence[str] = ()
+    footprints: Footprints,
+    changes: Sequence[ModuleChanges],
+    readers: Readers,
+    unparsable: Sequence[str] = (),
+    outside: frozenset[str] | None = None,
 ) -> Selection:
+    """``outside``: the words code outside the package spells (:mod:`compile_audit.artifacts.outside_names`); None
+    where unknown, and every method added to a class then selects the cases that ran the class."""
     changed = [f"{m.path}::{c.qualname}" for m in changes for c in m.functions if c.kind == "changed"]
-    rules = _Rules(footprints, readers, changed)
+    rules = _Rules(footprints, readers, changed, outside)
     picks = [Pick(EVERYTHING, f"{message}: every case") for message in unparsable]
     for module in changes:
         picks += [rules.function(change) for change in module.functions]
         picks += [rules.statement(change) for change in module.statements]
+    picks = rules.less_new_subpackages(picks, [m.path for m in changes])
     everything = any(pick.cases is EVERYTHING for pick in picks)
     cases = set().union(*(pick.cases for pick in picks if pick.cases is not EVERYTHING))
     firm = set().union(*(pick.cases - pick.building for pick in picks if pick.cases is not EVERYTHING))
@@ -575,7 +653,19 @@ def package_files(root: Path) -> dict[str, Source]:
 
 def select_between(footprints: Footprints, base_root: Path, head_root: Path) -> Selection:
     changes, unparsable, readers = compare_sources(package_files(base_root), package_files(head_root))
-    return select(footprints, changes, readers, unparsable)
+    return select(footprints, changes, readers, unparsable, outside_of(footprints, base_root.name))
+
+
+def outside_of(footprints: Footprints, package: str) -> frozenset[str] | None:
+    """The words code outside ``package`` spells here, if the libraries the footprints were recorded with are
+    installed (else None: unknown)."""
+    libraries = tuple(sorted(name for name in footprints.versions if name not in ("python", package)))
+    return _spelled_outside(package, libraries)
+
+
+@functools.cache
+def _spelled_outside(package: str, libraries: tuple[str, ...]) -> frozenset[str] | None:
+    return spelled_outside(package, libraries)
 
 
 # ----------------------------------------------------------------------------- command line

@@ -24,7 +24,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from compile_audit.artifacts.change_selection import ModuleCache, Selection, Source, compare_sources, select
+from compile_audit.artifacts.change_selection import (
+    ModuleCache,
+    Selection,
+    Source,
+    compare_sources,
+    outside_of,
+    select,
+)
 from compile_audit.artifacts.footprints_file import Footprints, FootprintsError, load
 from compile_audit.case_ids import CaseId
 from compile_audit.files import write_text_atomic
@@ -135,28 +142,54 @@ def cost(
     durations: Mapping[str, float],
     builds: BuildCosts = BuildCosts(),
     same: frozenset[str] = frozenset(),
+    new_method_cases: Sequence[str] | None = None,
 ) -> tuple[int, float]:
     """Cases and CPU-seconds of one side: the selected cases' durations, and for each method the change adds, the
-    cases and durations of a method of the matrix on average (its derived cases run as new cases). The cases reached
-    only while building cost their fingerprints, and run unless ``same`` says they built the same."""
+    cases a new method gets (``new_method_cases``), priced as the matrix's methods' cases of those ids on average.
+    The cases reached only while building cost their fingerprints, and run unless ``same`` says they built the
+    same."""
     median = statistics.median(durations.values()) if durations else 0.0
     cases = footprints.cases if selection.everything else selection.cases
     cases = [case for case in cases if case not in same]
-    per_method = method_costs(footprints, durations)
+    per_method = method_costs(footprints, durations, new_method_cases)
     count = len(cases) + selection.new_methods * round(per_method[0])
     seconds = sum(durations.get(case, median) for case in cases) + selection.new_methods * per_method[1]
     return count, round(seconds + builds.of(len(selection.build_only)), 1)
 
 
-def method_costs(footprints: Footprints, durations: Mapping[str, float]) -> tuple[float, float]:
-    """The mean number of cases and CPU-seconds of one method over the matrix the footprints hold."""
+def method_costs(
+    footprints: Footprints, durations: Mapping[str, float], templates: Sequence[str] | None = None
+) -> tuple[float, float]:
+    """The mean number of cases and CPU-seconds of one method over the matrix the footprints hold: its cases of the
+    ids in ``templates`` (``{method}`` in place of its name), or all of its cases where None."""
     median = statistics.median(durations.values()) if durations else 0.0
-    by_method: dict[str, list[float]] = {}
+    by_method: dict[str, list[str]] = {}
     for case in footprints.cases:
-        by_method.setdefault(CaseId.parse(case).method, []).append(durations.get(case, median))
+        by_method.setdefault(CaseId.parse(case).method, []).append(case)
+    if templates is not None:
+        recorded = set(footprints.cases)
+        by_method = {
+            method: [case for t in templates if (case := t.replace("{method}", method)) in recorded]
+            for method in by_method
+        }
     if not by_method:
         return 0.0, 0.0
-    return statistics.fmean(len(v) for v in by_method.values()), statistics.fmean(sum(v) for v in by_method.values())
+    return (
+        statistics.fmean(len(cases) for cases in by_method.values()),
+        statistics.fmean(sum(durations.get(case, median) for case in cases) for cases in by_method.values()),
+    )
+
+
+def new_method_cases(path: Path) -> list[str]:
+    """The ids of a new method's cases, ``{method}`` in place of its name (tests/new_method_cases.json)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        cases = data["cases"]
+        if not isinstance(cases, list) or not all(isinstance(c, str) and "{method}" in c for c in cases):
+            raise TypeError("every entry must be a case id with {method} in place of the method's name")
+        return cases
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise FootprintsError(f"{path}: unreadable new method's cases ('cases': [...]): {error}") from None
 
 
 def commit_selection(
@@ -165,8 +198,11 @@ def commit_selection(
     """A commit's first parent (None for a root commit) and what the change from it selects."""
     parents = git.run("rev-list", "--parents", "-n", "1", commit).split()[1:]
     base = git.python_files(parents[0], source_dir) if parents else {}
-    changes, unparsable, readers = compare_sources(base, git.python_files(commit, source_dir), cache or ModuleCache())
-    return (parents[0] if parents else None), select(footprints, changes, readers, unparsable)
+    head = git.python_files(commit, source_dir)
+    changes, unparsable, readers = compare_sources(base, head, cache or ModuleCache())
+    packages = {path.partition("/")[0] for path in (*base, *head)}
+    outside = outside_of(footprints, packages.pop()) if len(packages) == 1 else None
+    return (parents[0] if parents else None), select(footprints, changes, readers, unparsable, outside)
 
 
 def replay(
@@ -177,6 +213,7 @@ def replay(
     source_dir: str,
     builds: BuildCosts = BuildCosts(),
     compared: Mapping[str, frozenset[str]] | None = None,
+    new_cases: Sequence[str] | None = None,
 ) -> list[Replayed]:
     log = git.run("log", f"-{last}", "--format=%H%x09%s", "--", f"{source_dir}/*.py")
     cache = ModuleCache()
@@ -185,7 +222,7 @@ def replay(
         commit, subject = line.split("\t", 1)
         selection = commit_selection(git, footprints, commit, source_dir, cache)[1]
         same = (compared or {}).get(commit, frozenset()) & frozenset(selection.build_only)
-        count, seconds = cost(selection, footprints, durations, builds, same)
+        count, seconds = cost(selection, footprints, durations, builds, same, new_cases)
         results.append(
             Replayed(
                 commit,
@@ -222,7 +259,8 @@ def summary(results: Sequence[Replayed], full_matrix_seconds: float) -> list[str
         f" {full_matrix_seconds:.0f})",
         f"full matrix: {full} of {len(results)} commits ({full / total:.0%}); half of its CPU-seconds or more:"
         f" {half} ({half / total:.0%})",
-        f"adding a method: {len(adding)} commits, whose new cases run (priced as a method of the matrix on average)",
+        f"adding a method: {len(adding)} commits, whose new cases run (priced as the same cases of the matrix's"
+        " methods on average)",
         f"no case at all: {sum(r.cases == 0 for r in results)} commits; of them, {len(still)} change no executed code"
         f" ({sum(r.cases > 0 for r in still)} of those select a case)",
         f"reached only while building: {len(building)} commits, {sum(r.build_only for r in building)} cases (each"
@@ -245,6 +283,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--source-dir", default="src", help="the folder of the package in the repository")
     parser.add_argument("--build-costs", type=Path, default=Path("tests/build_costs.json"))
     parser.add_argument(
+        "--new-method-cases",
+        type=Path,
+        default=Path("tests/new_method_cases.json"),
+        help="the ids of the cases a new method gets, priced as the matrix's methods' on average",
+    )
+    parser.add_argument(
         "--builds-compared", type=Path, help="per commit, the cases that built the same on both sides (JSON)"
     )
     args = parser.parse_args(argv)
@@ -261,7 +305,16 @@ def _replay(args: argparse.Namespace) -> int:
     builds, compared = build_costs(args.build_costs), builds_compared(args.builds_compared)
     git = Git(args.repo)
     try:
-        results = replay(git, footprints, durations, args.last, args.source_dir, builds, compared)
+        results = replay(
+            git,
+            footprints,
+            durations,
+            args.last,
+            args.source_dir,
+            builds,
+            compared,
+            new_method_cases(args.new_method_cases),
+        )
     finally:
         git.close()
     full_seconds = cost(Selection(True, (), ()), footprints, durations)[1]

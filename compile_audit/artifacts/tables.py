@@ -48,9 +48,20 @@ def _iterated(node: ast.AST) -> str:
 @functools.cache  # a replay meets each parsed function in hundreds of commits
 def iterated_names(function: ast.AST) -> frozenset[str]:
     """The bare names a function iterates: in a loop or comprehension, unpacked (``*NAME``), or passed to a call that
-    goes over it (``list(NAME)``, ``sorted(NAME.keys())``, ``len(NAME)``)."""
+    goes over it (``list(NAME)``, ``sorted(NAME.keys())``, ``len(NAME)``), but where that call is only the right side of
+    ``in``."""
     found = set()
+    # ``key in list(NAME)`` looks a key up: an added key changes its answer only for that key, which only new code
+    # asks for.
+    membership = {
+        id(comparator)
+        for node in ast.walk(function)
+        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+        for comparator in node.comparators
+    }
     for node in ast.walk(function):
+        if id(node) in membership:
+            continue
         if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
             found.add(_iterated(node.iter))
         elif isinstance(node, ast.Starred):

@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from compile_audit.artifacts.change_selection import ModuleCache, compare_sources, package_files, select
+from compile_audit.artifacts.change_selection import ModuleCache, compare_sources, outside_of, package_files, select
 from compile_audit.artifacts.footprints_file import Footprints, FootprintsError
 from compile_audit.artifacts.footprints_file import load as load_footprints
 from compile_audit.artifacts.report import ReportError, read_cases
@@ -116,7 +116,7 @@ class Harness:
     def select(self, planted: Path):
         """The gate's selection between the installed package and the planted copy."""
         changes, unparsable, readers = compare_sources(self._base_files, package_files(planted), self._parsed)
-        return select(self.footprints, changes, readers, unparsable)
+        return select(self.footprints, changes, readers, unparsable, outside_of(self.footprints, self.package.name))
 
     def plan(
         self, plants: Sequence[Plant], count: int, sample: int, pool: Sequence[str], rng: random.Random

@@ -587,3 +587,39 @@ def test_a_version_string_selects_only_the_code_that_compares_it(tmp_path):
     renamed = {**files, "__init__.py": 'prefix = "lora2_"\n'}
     chosen = select_between(footprints, _tree(tmp_path, "b2", files), _tree(tmp_path, "h2", renamed))
     assert chosen.cases == ("m/a/x", "m/b/x"), chosen.reasons
+
+
+def test_a_key_looked_up_with_in_is_no_iteration_of_the_table(tmp_path):
+    """``name in list(TABLE)`` answers differently only for the added key, which only new code asks for."""
+    constants = "MAPPING = {'llama': ['q']}\n"
+    readers = (
+        "from .constants import MAPPING\n\n\ndef known(name):\n    return name in list(MAPPING)\n\n\n"
+        "def every():\n    return list(MAPPING)\n"
+    )
+    files = {"constants.py": constants, "readers.py": readers}
+    footprints = Footprints(
+        ("m/a/x", "m/b/x"),
+        {"toy/readers.py::known": frozenset({"m/a/x"}), "toy/readers.py::every": frozenset({"m/b/x"})},
+    )
+    added = {**files, "constants.py": constants + "MAPPING['vit'] = ['query']\n"}
+    chosen = select_between(footprints, _tree(tmp_path, "base", files), _tree(tmp_path, "head", added))
+    assert chosen.cases == ("m/b/x",), chosen.reasons
+
+
+def test_a_new_subpackage_s_recorded_cases_are_its_new_cases_not_a_selection(tmp_path):
+    """A footprints file recorded after a method came (the replay of history) holds the method's cases: a change
+    that adds the method runs them as new cases, and selects only the others."""
+    files = {"registry.py": REGISTRY, **_method_package("lora")}
+    footprints = Footprints(
+        ("m/lora/x", "m/list/x", "m/newm/x"),
+        {
+            "toy/lora/model.py::Model.forward": frozenset({"m/lora/x"}),
+            "toy/registry.py::names": frozenset({"m/list/x", "m/newm/x"}),
+            "toy/newm/model.py::Model.forward": frozenset({"m/newm/x"}),
+        },
+    )
+    base, head = _tree(tmp_path, "base", files), _tree(tmp_path, "head", {**files, **_method_package("newm")})
+    chosen = select_between(footprints, base, head)
+    assert chosen.cases == ("m/list/x",), chosen.reasons
+    assert chosen.new_methods == 1
+    assert any("ran toy/newm/, which base lacks" in reason for reason in chosen.reasons), chosen.reasons

@@ -92,3 +92,18 @@ def test_cases_reached_only_while_building_cost_their_fingerprints_and_run_unles
     assert history_replay.main([*args, "--builds-compared", str(compared)]) == 0
     forward = {c["subject"]: c for c in json.loads((tmp_path / "replay.json").read_text())["commits"]}["FIX forward"]
     assert (forward["cases"], forward["cpu_seconds"], forward["builds_same"]) == (1, 20.0 + 3.0 + 0.5, 1)
+
+
+def test_a_new_method_is_priced_as_the_same_cases_of_the_matrix_s_methods_on_average(tmp_path):
+    footprints = Footprints(
+        ("m/a/x", "m/a/y", "n/a/x", "m/b/x", "m/b/y"),
+        {"toy/layer.py::forward": frozenset({"m/a/x"})},
+    )
+    durations = {"m/a/x": 10.0, "m/a/y": 100.0, "n/a/x": 1000.0, "m/b/x": 30.0, "m/b/y": 300.0}
+    # Method a has both cases of the shape, b one (as a method whose layers cannot run a scenario).
+    assert history_replay.method_costs(footprints, durations, ["m/{method}/x", "n/{method}/x"]) == (1.5, 520.0)
+    assert history_replay.method_costs(footprints, durations) == (2.5, 720.0)  # every case of each method
+    path = tmp_path / "new.json"
+    path.write_text(json.dumps({"cases": ["m/a/x"]}))
+    with pytest.raises(history_replay.FootprintsError, match=r"new\.json: .*\{method\}"):
+        history_replay.new_method_cases(path)

@@ -1,0 +1,105 @@
+"""A method added to a class that existed: it changes a case only where something looks its name up."""
+
+from __future__ import annotations
+
+import pytest
+
+from compile_audit.artifacts.change_selection import compare_sources, package_files, select
+from compile_audit.artifacts.footprints_file import Footprints
+from compile_audit.artifacts.outside_names import spelled_outside
+
+pytestmark = pytest.mark.selftest
+
+# ``Layer`` is every case's class; ``check`` (run by m/b/x only) looks a name up by string; ``Other.fresh`` is a
+# method of another class that m/c/x ran.
+BASE = {
+    "layer.py": (
+        "class Layer:\n"
+        "    def forward(self, x):\n        return x\n\n"
+        "    def check(self):\n        return hasattr(self, 'looked_up')\n\n\n"
+        "class Other:\n"
+        "    def fresh(self):\n        return 1\n\n\n"
+        "class Listed:\n"
+        "    names = ('listed',)\n\n"
+        "    def forward(self, x):\n        return x\n"
+    ),
+}
+CASES = ("m/a/x", "m/b/x", "m/c/x")
+FOOTPRINTS = Footprints(
+    CASES,
+    {
+        "toy/layer.py::Layer.forward": frozenset(CASES),
+        "toy/layer.py::Layer.check": frozenset({"m/b/x"}),
+        "toy/layer.py::Other.fresh": frozenset({"m/c/x"}),
+        "toy/layer.py::Listed.forward": frozenset({"m/a/x"}),
+    },
+)
+
+
+def _selection(tmp_path, method: str, cls: str = "Layer", outside: frozenset[str] | None = frozenset()):
+    head = BASE["layer.py"].replace(
+        f"class {cls}:\n", f"class {cls}:\n    def {method}(self):\n        return 0\n\n", 1
+    )
+    roots = []
+    for side, text in (("base", BASE["layer.py"]), ("head", head)):
+        root = tmp_path / side / "toy"
+        root.mkdir(parents=True)
+        (root / "__init__.py").write_text("")
+        (root / "layer.py").write_text(text)
+        roots.append(root)
+    changes, unparsable, readers = compare_sources(package_files(roots[0]), package_files(roots[1]))
+    return select(FOOTPRINTS, changes, readers, unparsable, outside)
+
+
+def test_a_method_no_code_names_selects_no_case(tmp_path):
+    chosen = _selection(tmp_path, "unnamed_anywhere")
+    assert chosen.cases == (), chosen.reasons
+    assert "a name only the package spells: the 0 case(s)" in chosen.reasons[0]
+
+
+def test_a_method_the_package_looks_up_by_string_selects_the_cases_that_ran_the_lookup(tmp_path):
+    chosen = _selection(tmp_path, "looked_up")
+    assert chosen.cases == ("m/b/x",), chosen.reasons
+
+
+def test_a_method_that_may_override_a_namesake_selects_the_cases_that_ran_the_namesake(tmp_path):
+    chosen = _selection(tmp_path, "fresh")
+    assert chosen.cases == ("m/c/x",), chosen.reasons
+
+
+@pytest.mark.parametrize(
+    ("method", "outside", "why"),
+    [
+        ("extra_repr", frozenset({"extra_repr"}), "code outside the package spells `extra_repr`"),
+        ("__len__", frozenset(), "Python calls it by protocol"),
+        ("unnamed_anywhere", None, "the code outside the package is unknown here"),
+        ("listed", frozenset(), "a class or module body spells `listed`"),
+    ],
+)
+def test_a_method_code_outside_or_a_protocol_or_a_body_can_reach_selects_every_case_of_its_class(
+    tmp_path, method, outside, why
+):
+    chosen = _selection(tmp_path, method, outside=outside)
+    assert chosen.cases == CASES, chosen.reasons
+    assert why in chosen.reasons[0]
+
+
+def test_only_the_cases_of_the_class_are_narrowed_from(tmp_path):
+    chosen = _selection(tmp_path, "looked_up", cls="Listed")
+    assert chosen.cases == (), chosen.reasons  # m/b/x looked the name up, but never held a Listed
+
+
+def test_the_words_outside_are_every_library_but_the_package_and_the_suite(tmp_path):
+    site, suite = tmp_path / "site", tmp_path / "suite"
+    for path, text in {
+        site / "torchlike" / "nn.py": "def extra_repr(self): pass\n",
+        site / "toy" / "layer.py": "def only_in_the_package(): pass\n",
+        site / "toy-1.0.dist-info" / "hook.py": "inside_the_packages_metadata = 1\n",
+        suite / "zoo" / "scenario.py": "model.merge_adapter()\n",
+    }.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    words = spelled_outside("toy", ["torchlike"], sites=[site], suite=[suite / "zoo"])
+    assert {"extra_repr", "merge_adapter"} <= words
+    assert "only_in_the_package" not in words and "inside_the_packages_metadata" not in words
+    assert spelled_outside("toy", ["torchlike", "transformerslike"], sites=[site], suite=[]) is None

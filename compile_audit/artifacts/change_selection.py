@@ -81,11 +81,16 @@ class Readers:
     """Who reads what, over both versions of the package (a reader on either side counts)."""
 
     def __init__(
-        self, modules: Iterable[Module], added: Iterable[str] = (), base_folders: Iterable[str] | None = None
+        self,
+        modules: Iterable[Module],
+        added: Iterable[str] = (),
+        base_folders: Iterable[str] | None = None,
+        head_folders: Iterable[str] | None = None,
     ) -> None:
         self.added = frozenset(added)  # files only head has
         # Folders base has files in (None: unknown, every folder counts as old).
         self.base_folders = None if base_folders is None else frozenset(base_folders)
+        self.head_folders = None if head_folders is None else frozenset(head_folders)
         self.by_iteration: dict[str, set[str]] = {}  # name -> the functions that iterate it (artifacts.tables)
         self.by_comparison: dict[str, set[str]] = {}  # name -> the functions that compare it (artifacts.tables)
         self.module_functions: dict[str, list[code_changes.FunctionDef]] = {}  # module-level functions by name
@@ -98,6 +103,7 @@ class Readers:
         # base's own name -> (path, class qualname, the base as written there: ``Layer`` or ``lora.Layer``)
         self.subclasses: dict[str, set[tuple[str, str, str]]] = {}
         self._body_words: set[str] | None = None
+        self._classes: dict[str, set[tuple[str, str]]] | None = None  # leaf name -> (path, qualname)
         for module in modules:
             self.modules.setdefault(module.path, module)
             self.versions.setdefault(module.path, []).append(module)
@@ -157,6 +163,10 @@ class Readers:
     def is_added(self, path: str) -> bool:
         return path in self.added
 
+    def in_removed_folder(self, path: str) -> bool:
+        """A file of a subpackage head no longer has (a removed method's tuner package)."""
+        return self.head_folders is not None and path.rpartition("/")[0] not in self.head_folders
+
     def in_new_folder(self, path: str) -> bool:
         """A file of a subpackage base does not have (a new method's tuner package)."""
         folder = path.rpartition("/")[0]
@@ -185,6 +195,7 @@ class Readers:
                 for versions in self.versions.values()
                 for m in versions
                 for s in m.statements
+                if s.kind != "import"  # binds a module-level name: no lookup on an instance
                 for word in _QUOTED.findall(s.dump)
             }
         return name in self._body_words
@@ -216,6 +227,25 @@ class Readers:
                 if (sub_path, sub_qualname) not in found:
                     found.add((sub_path, sub_qualname))
                     pending.append((sub_path, sub_qualname))
+        return found
+
+    def ancestors(self, path: str, qualname: str) -> set[tuple[str, str]]:
+        """The package's classes the class derives from, transitively (its external bases are not here)."""
+        if self._classes is None:
+            self._classes = {}
+            for module in self.modules.values():
+                for name in module.classes:
+                    self._classes.setdefault(name.rpartition(".")[2], set()).add((module.path, name))
+        found: set[tuple[str, str]] = set()
+        pending = [(path, qualname)]
+        while pending:
+            at, name = pending.pop()
+            module = self.modules.get(at)
+            for written in module.classes.get(name, ()) if module else ():
+                for candidate in self._classes.get(written.rpartition(".")[2], ()):
+                    if candidate not in found and self._is_class(at, written, candidate[0]):
+                        found.add(candidate)
+                        pending.append(candidate)
         return found
 
     def _is_class(self, reader_path: str, written: str, defined_in: str) -> bool:
@@ -374,7 +404,8 @@ class _Rules:
         """A method added to a class: where its instances can be (the cases that ran the class or a subclass), it
         changes what a lookup of its name finds. Where nothing outside the package can look the name up (no outside
         source spells it, it is no special method, no class or module body spells it), the lookups are the
-        package's own: the cases that ran a statement naming it, or a method of that name it may now override."""
+        package's own: the cases that ran a statement naming it, or the method of that name it now overrides (an
+        ancestor's)."""
         cases = self.class_cases(path, owner)
         whole = f"{label}: added to {owner}: the {_count(cases)} that ran it or a subclass"
         if name.startswith("__") and name.endswith("__"):
@@ -385,14 +416,12 @@ class _Rules:
             return Pick(cases, f"{whole} (code outside the package spells `{name}`)")
         if self.readers.spelled_in_a_body(name):
             return Pick(cases, f"{whole} (a class or module body spells `{name}`)")
-        overridden = frozenset().union(
-            *(ran for key, ran in self.footprints.runs.items() if key.rpartition(".")[2] == name)
-        )
+        overridden = self.cases_of(f"{p}::{q}.{name}" for p, q in self.readers.ancestors(path, owner))
         narrowed = cases & (self.cases_reading(self.readers.of_attribute(name), {name}) | overridden)
         return Pick(
             narrowed,
             f"{label}: added to {owner}, a name only the package spells: the {_count(narrowed)} that ran {owner} (or"
-            " a subclass) and a statement naming it or a method of that name",
+            " a subclass) and a statement naming it or an ancestor's method of that name",
         )
 
     def building(self, pick: Pick, label: str) -> Pick:
@@ -490,7 +519,8 @@ class _Rules:
         """A statement that binds nothing acts at import (a registration call): on its own subpackage's cases; in
         the package's top folder, or a subpackage no recorded case ran, on every case. In a subpackage base does not
         have (a new method's), a call of this package's functions adds keys to the tables they write: the new cases,
-        and the cases that ran code iterating those tables."""
+        and the cases that ran code iterating those tables; in one head removes, the subpackage's cases and those
+        that ran code iterating the tables."""
         folder = path.rpartition("/")[0]
         if statement is not None and self.readers.in_new_folder(path):
             written = self.readers.tables_written_by(statement.reads)
@@ -502,6 +532,16 @@ class _Rules:
                     f"{where}: runs at import in a new subpackage and adds keys to {_names(written)}: the new cases,"
                     f" and the {_count(cases)} that ran code iterating them",
                     new_cases=True,
+                )
+        if statement is not None and self.readers.in_removed_folder(path):
+            written = self.readers.tables_written_by(statement.reads)
+            if written:
+                own = self.footprints.ran_any(f"{folder}/")
+                cases = own | self.cases_reading(self.readers.iterating(written), written)
+                return Pick(
+                    cases,
+                    f"{where}: ran at import in a subpackage head removes, adding keys to {_names(written)}: its"
+                    f" {_count(own)}, and those that ran code iterating them: {_count(cases)}",
                 )
         cases = self.footprints.ran_any(f"{folder}/") if "/" in folder else frozenset()
         if cases:
@@ -632,7 +672,9 @@ def compare_sources(
         if module_changes.executes_differently:
             changes.append(module_changes)
     base_folders = {path.rpartition("/")[0] for path in base}
-    return changes, list(unparsable.values()), Readers(parsed.values(), head.keys() - base.keys(), base_folders)
+    head_folders = {path.rpartition("/")[0] for path in head}
+    readers = Readers(parsed.values(), head.keys() - base.keys(), base_folders, head_folders)
+    return changes, list(unparsable.values()), readers
 
 
 def package_files(root: Path) -> dict[str, Source]:

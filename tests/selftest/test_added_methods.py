@@ -10,15 +10,18 @@ from compile_audit.artifacts.outside_names import spelled_outside
 
 pytestmark = pytest.mark.selftest
 
-# ``Layer`` is every case's class; ``check`` (run by m/b/x only) looks a name up by string; ``Other.fresh`` is a
-# method of another class that m/c/x ran.
+# ``Layer`` is every case's class; ``check`` (run by m/b/x only) looks a name up by string; ``Base.fresh``, which
+# ``Layer`` inherits, ran in m/c/x; ``Other.other_only``, of an unrelated class, ran in m/b/x.
 BASE = {
     "layer.py": (
-        "class Layer:\n"
+        "from os import sep as imported_name\n\n\n"
+        "class Base:\n"
+        "    def fresh(self):\n        return 1\n\n\n"
+        "class Layer(Base):\n"
         "    def forward(self, x):\n        return x\n\n"
         "    def check(self):\n        return hasattr(self, 'looked_up')\n\n\n"
         "class Other:\n"
-        "    def fresh(self):\n        return 1\n\n\n"
+        "    def other_only(self):\n        return 1\n\n\n"
         "class Listed:\n"
         "    names = ('listed',)\n\n"
         "    def forward(self, x):\n        return x\n"
@@ -30,16 +33,16 @@ FOOTPRINTS = Footprints(
     {
         "toy/layer.py::Layer.forward": frozenset(CASES),
         "toy/layer.py::Layer.check": frozenset({"m/b/x"}),
-        "toy/layer.py::Other.fresh": frozenset({"m/c/x"}),
+        "toy/layer.py::Base.fresh": frozenset({"m/c/x"}),
+        "toy/layer.py::Other.other_only": frozenset({"m/b/x"}),
         "toy/layer.py::Listed.forward": frozenset({"m/a/x"}),
     },
 )
 
 
 def _selection(tmp_path, method: str, cls: str = "Layer", outside: frozenset[str] | None = frozenset()):
-    head = BASE["layer.py"].replace(
-        f"class {cls}:\n", f"class {cls}:\n    def {method}(self):\n        return 0\n\n", 1
-    )
+    header = next(line for line in BASE["layer.py"].splitlines() if line.startswith(f"class {cls}"))
+    head = BASE["layer.py"].replace(f"{header}\n", f"{header}\n    def {method}(self):\n        return 0\n\n", 1)
     roots = []
     for side, text in (("base", BASE["layer.py"]), ("head", head)):
         root = tmp_path / side / "toy"
@@ -62,9 +65,19 @@ def test_a_method_the_package_looks_up_by_string_selects_the_cases_that_ran_the_
     assert chosen.cases == ("m/b/x",), chosen.reasons
 
 
-def test_a_method_that_may_override_a_namesake_selects_the_cases_that_ran_the_namesake(tmp_path):
+def test_a_method_that_overrides_an_ancestor_s_selects_the_cases_that_ran_the_ancestor_s(tmp_path):
     chosen = _selection(tmp_path, "fresh")
     assert chosen.cases == ("m/c/x",), chosen.reasons
+
+
+def test_a_module_level_name_an_import_binds_is_no_lookup_on_an_instance(tmp_path):
+    chosen = _selection(tmp_path, "imported_name")
+    assert chosen.cases == (), chosen.reasons
+
+
+def test_a_namesake_in_an_unrelated_class_is_no_override(tmp_path):
+    chosen = _selection(tmp_path, "other_only")
+    assert chosen.cases == (), chosen.reasons
 
 
 @pytest.mark.parametrize(

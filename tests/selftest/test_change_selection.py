@@ -623,3 +623,19 @@ def test_a_new_subpackage_s_recorded_cases_are_its_new_cases_not_a_selection(tmp
     assert chosen.cases == ("m/list/x",), chosen.reasons
     assert chosen.new_methods == 1
     assert any("ran toy/newm/, which base lacks" in reason for reason in chosen.reasons), chosen.reasons
+
+
+def test_a_removed_method_selects_its_cases_and_the_code_iterating_its_tables_not_the_others(tmp_path):
+    files = {"registry.py": REGISTRY, **_method_package("lora"), **_method_package("oldm")}
+    footprints = Footprints(
+        ("m/lora/x", "m/list/x", "m/oldm/x"),
+        {
+            "toy/registry.py::lookup": frozenset({"m/lora/x"}),
+            "toy/lora/model.py::Model.forward": frozenset({"m/lora/x"}),
+            "toy/oldm/model.py::Model.forward": frozenset({"m/oldm/x"}),
+            "toy/registry.py::names": frozenset({"m/list/x"}),
+        },
+    )
+    head = {name: text for name, text in files.items() if not name.startswith("oldm/")}
+    chosen = select_between(footprints, _tree(tmp_path, "base", files), _tree(tmp_path, "head", head))
+    assert not chosen.everything and chosen.cases == ("m/list/x", "m/oldm/x"), chosen.reasons

@@ -8,9 +8,11 @@ comments, formatting and annotations that never execute do not count), and met w
   runs its body in the first case only, so its callers' cases join; so do they for a function that no recorded case
   ran (a branch taken only under ``torch.compile``, say), and a function never run that module-level code reads runs
   at import: every case;
-- an added function: a method, the cases that ran its class (it may override an inherited one); a module-level
-  function, the cases that ran a statement that reads its name (a module's ``__getattr__``, added to a module that
-  existed: every case);
+- an added function: a method, the cases that ran its class and a statement naming it or the ancestor's method it
+  overrides, or every case of its class where code outside the package may look it up (a word of an installed
+  library's or the suite's source: :mod:`compile_audit.artifacts.outside_names`), Python calls it (``__len__``) or
+  a class or module body spells it; a module-level function, the cases that ran a statement that reads its name (a
+  module's ``__getattr__``, added to a module that existed: every case);
 - a module-level name (a constant, an import): the cases that ran a statement that reads it, following names that
   other module-level or class-body code computes from it;
 - a class-body statement (a dataclass field, a class attribute) or a class's header (bases, decorators): the cases

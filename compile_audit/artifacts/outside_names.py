@@ -4,12 +4,14 @@ transformers, ...) and the suite's own code beside this package.
 A method added to a class that existed changes what such code does only where something looks its name up: the
 package's own code (the selection reads it), or this outside code, which no footprint records (torch calling
 ``extra_repr``, a scenario calling ``model.merge_adapter()``, ``PeftModel.__getattr__`` forwarding a name to the
-base model). A name no outside source spells, anywhere, cannot be looked up from there. Every word of the source
-counts, not only attribute reads: a larger set keeps more cases, never fewer.
+base model). A name no outside source spells, anywhere, cannot be looked up from there. Every word of a library's
+source counts, not only attribute reads (a larger set keeps more cases, never fewer); the suite's own files, small,
+are parsed, so that a name in a comment does not count.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import sysconfig
 from collections.abc import Iterable
@@ -18,7 +20,8 @@ from pathlib import Path
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # The folder holding compile_audit: the suite's zoo, plugin and tests sit beside it.
 SUITE_ROOT = Path(__file__).resolve().parents[2]
-_NOT_SUITE_CODE = frozenset({"out", "build", "dist", "venv", ".venv", "__pycache__"})
+# Beside the code a case runs: outputs, builds, and the tools and scripts that only start runs.
+_NOT_CASE_CODE = frozenset({"out", "build", "dist", "venv", "gate_tools", "scripts", "docs", "results"})
 
 
 def site_folders() -> list[Path]:
@@ -27,13 +30,16 @@ def site_folders() -> list[Path]:
     return [Path(p) for p in dict.fromkeys((paths["purelib"], paths["platlib"])) if Path(p).is_dir()]
 
 
-def suite_folders(root: Path = SUITE_ROOT) -> list[Path]:
-    """The suite's code: the folders beside this package, but outputs, builds and hidden ones."""
+def suite_files(root: Path = SUITE_ROOT) -> list[Path]:
+    """The suite's code a case runs: its top-level modules (``conftest.py``) and its folders' (the zoo, the plugin,
+    the tests), but hidden ones, outputs and the tools."""
     if not root.is_dir():
         return []
-    return [
-        p for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".") and p.name not in _NOT_SUITE_CODE
-    ]
+    files = sorted(root.glob("*.py"))
+    for folder in sorted(root.iterdir()):
+        if folder.is_dir() and not folder.name.startswith(".") and folder.name not in _NOT_CASE_CODE:
+            files += sorted(folder.rglob("*.py"))
+    return files
 
 
 def spelled_outside(
@@ -42,31 +48,53 @@ def spelled_outside(
     sites: Iterable[Path] | None = None,
     suite: Iterable[Path] | None = None,
 ) -> frozenset[str] | None:
-    """Every word of the Python source in ``sites`` (the interpreter's by default) but ``package``'s own, and in
-    ``suite``. None where one of ``libraries`` (those the footprints were recorded with) is not there: what the
-    cases ran outside the package is then unknown."""
+    """Every word of the Python source in ``sites`` (the interpreter's by default) but ``package``'s own, and every
+    identifier the ``suite`` files read or define (their comments left out). None where one of ``libraries`` (those
+    the footprints were recorded with) is not there: what the cases ran outside the package is then unknown."""
     sites = site_folders() if sites is None else list(sites)
-    suite = suite_folders() if suite is None else list(suite)
+    suite = suite_files() if suite is None else list(suite)
     present = {p.name for site in sites if site.is_dir() for p in site.iterdir()}
     if any(library not in present for library in libraries):
         return None
     words: set[str] = set()
     for site in sites:
-        for folder in site.iterdir():
-            if folder.name == package or folder.name.startswith(f"{package}-"):
+        for entry in site.iterdir():
+            if entry.name == package or entry.name.startswith(f"{package}-"):
                 continue
-            words |= _words_under(folder)
-    for folder in suite:
-        words |= _words_under(folder)
+            for path in [entry] if entry.suffix == ".py" else entry.rglob("*.py") if entry.is_dir() else []:
+                words.update(_WORD.findall(_text(path)))
+    for path in suite:
+        words |= _identifiers(path)
     return frozenset(words)
 
 
-def _words_under(folder: Path) -> set[str]:
-    files = [folder] if folder.suffix == ".py" else folder.rglob("*.py") if folder.is_dir() else []
-    words: set[str] = set()
-    for path in files:
-        try:
-            words.update(_WORD.findall(path.read_text(encoding="utf-8", errors="replace")))
-        except OSError:
-            continue
-    return words
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _identifiers(path: Path) -> set[str]:
+    """The names, attributes, keywords, definitions and identifier-like strings of a file; every word where it does
+    not parse."""
+    text = _text(path)
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return set(_WORD.findall(text))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.keyword) and node.arg:
+            found.add(node.arg)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+        elif isinstance(node, ast.alias):
+            found.update(_WORD.findall(f"{node.name} {node.asname or ''}"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.update(_WORD.findall(node.value) if len(node.value) < 200 else ())
+    return found

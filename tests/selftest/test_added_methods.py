@@ -6,7 +6,7 @@ import pytest
 
 from compile_audit.artifacts.change_selection import compare_sources, package_files, select
 from compile_audit.artifacts.footprints_file import Footprints
-from compile_audit.artifacts.outside_names import spelled_outside
+from compile_audit.artifacts.outside_names import spelled_outside, suite_files
 
 pytestmark = pytest.mark.selftest
 
@@ -105,14 +105,16 @@ def test_only_the_cases_of_the_class_are_narrowed_from(tmp_path):
 def test_the_words_outside_are_every_library_but_the_package_and_the_suite(tmp_path):
     site, suite = tmp_path / "site", tmp_path / "suite"
     for path, text in {
-        site / "torchlike" / "nn.py": "def extra_repr(self): pass\n",
+        site / "torchlike" / "nn.py": "# extra_repr, in a library's comment, counts\n",
         site / "toy" / "layer.py": "def only_in_the_package(): pass\n",
         site / "toy-1.0.dist-info" / "hook.py": "inside_the_packages_metadata = 1\n",
-        suite / "zoo" / "scenario.py": "model.merge_adapter()\n",
+        suite / "conftest.py": "model.merge_adapter()  # only_in_a_comment\n",
+        suite / "zoo" / "scenario.py": "getattr(model, 'looked_up_by_string')\n",
+        suite / "gate_tools" / "tool.py": "never_in_a_case = 1\n",
     }.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    words = spelled_outside("toy", ["torchlike"], sites=[site], suite=[suite / "zoo"])
-    assert {"extra_repr", "merge_adapter"} <= words
-    assert "only_in_the_package" not in words and "inside_the_packages_metadata" not in words
+    words = spelled_outside("toy", ["torchlike"], sites=[site], suite=suite_files(suite))
+    assert {"extra_repr", "merge_adapter", "looked_up_by_string"} <= words
+    assert not words & {"only_in_the_package", "inside_the_packages_metadata", "only_in_a_comment", "never_in_a_case"}
     assert spelled_outside("toy", ["torchlike", "transformerslike"], sites=[site], suite=[]) is None

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import torch
 
+from compile_audit.artifacts.json_fields import Where
+from compile_audit.artifacts.records import CaseRecord, written
 from compile_audit.artifacts.report import summary_table
 from compile_audit.probe import global_state
 from compile_audit.probe.collector import freeze_survivors
@@ -29,7 +31,7 @@ from compile_audit.rules.case import CaseAudit, KnownFailureConfirmed, reset_dyn
 from compile_audit.rules.verdict import by_causes, counted, observed
 from compile_audit.rules.versions import DEFAULT_GATED
 from compile_gate import fingerprints, hookspecs
-from compile_gate.session import BENCHMARKS, PROPOSAL, RECORD, GateSession, json_safe
+from compile_gate.session import BENCHMARKS, PENDING, PROPOSAL, RECORD, GateSession, json_safe
 
 SESSION = pytest.StashKey[GateSession]()
 AUDIT = pytest.StashKey[CaseAudit]()
@@ -334,7 +336,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     case = getattr(item, "callspec", None) and item.callspec.params.get("case")
     if report.when == "setup" and not report.passed and hasattr(case, "id"):
-        report.user_properties.append((RECORD, {**report_fields(case), "audited": False, "benchmarks": {}}))
+        record = case_record({**report_fields(case), "audited": False}, case.id)
+        report.user_properties.append((RECORD, record.to_dict()))
     return report
 
 
@@ -408,22 +411,30 @@ def case_audit(request: pytest.FixtureRequest, case: Any, compile_policy: Compil
     torch.manual_seed(0)
     started = time.perf_counter()
     yield audit
-    record = {
-        **report_fields(case),
-        "audited": audit.result.audited,
-        "wall_seconds": round(time.perf_counter() - started, 2),
-        **_with_budget(audit),
-        "footprint": _footprint(request.node),
-        "footprint_lines": _footprint_lines(request.node),
-        "footprint_build_only": _footprint_build_only(request.node),
-        "problems": request.node.stash.get(PROBLEMS, []),
-        "raised": request.node.stash.get(RAISED, None),
-        "error": request.node.stash.get(ERROR, None),
-        "headline": request.node.stash.get(HEADLINE, None),
-        "policy": _policy(request.node),
-        "benchmarks": {},
-    }
-    request.node.user_properties.append((RECORD, record))
+    record = case_record(
+        {
+            **report_fields(case),
+            "audited": audit.result.audited,
+            "wall_seconds": round(time.perf_counter() - started, 2),
+            **_with_budget(audit),
+            "footprint": _footprint(request.node),
+            "footprint_lines": _footprint_lines(request.node),
+            "footprint_build_only": _footprint_build_only(request.node),
+            "problems": request.node.stash.get(PROBLEMS, []),
+            "raised": request.node.stash.get(RAISED, None),
+            "error": request.node.stash.get(ERROR, None),
+            "headline": request.node.stash.get(HEADLINE, None),
+            "policy": _policy(request.node),
+        },
+        case.id,
+    )
+    request.node.user_properties.append((RECORD, record.to_dict()))
+
+
+def case_record(fields: dict[str, Any], case_id: str) -> CaseRecord:
+    """The case's record, built where its facts are: a field no record holds is refused here, naming the case. Its
+    outcome is the test report's, which comes after (GateSession sets it); until then it is ``pending``."""
+    return written({**fields, "status": PENDING}, Where(f"the compile gate's record of {case_id}"))
 
 
 def first_line(text: str, width: int = 400) -> str:

@@ -1,10 +1,11 @@
 """The gate's state for one pytest session: records, outcomes, benchmark figures and budget proposals, all
 in memory; :meth:`GateSession.finish` writes the budgets file and the report, each once.
 
-Under xdist every item runs on a worker; what the controller needs travels as ``user_properties`` of the
-test reports (plain data), and only the controller finishes the session. There each case becomes a
-:class:`~compile_audit.artifacts.records.CaseRecord`, the type every reader of a report uses: the report is those
-records' JSON, and a field the record does not know cannot be written.
+Each case's :class:`~compile_audit.artifacts.records.CaseRecord`, the type every reader of a report uses, is built
+by the plugin when the case's audit ends (a field the record does not know is refused there). Under xdist every
+item runs on a worker; the record travels as its JSON in the test report's ``user_properties``, and only the
+controller finishes the session: it reads each record back, sets its outcome, and writes the report as the
+records' JSON.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from compile_audit.rules.versions import DEFAULT_GATED, gated
 RECORD = "compile_gate_case"  # user_properties keys
 BENCHMARKS = "compile_gate_benchmarks"
 PROPOSAL = "compile_gate_budget"
+PENDING = "pending"  # a record's status until its test report says how the case ended
 
 
 @dataclasses.dataclass
@@ -97,16 +100,21 @@ class GateSession:
         return self.cases
 
     def _cases(self) -> list[CaseRecord]:
-        cases = {}
-        for nodeid, record in self.records.items():
+        """Each case's record as the plugin built it (compile_gate.plugin.case_record), with its outcome and its
+        benchmark figures."""
+        cases: dict[str, CaseRecord] = {}
+        for nodeid, data in self.records.items():
             status, message = self.outcomes.get(nodeid, ("error", "no outcome recorded"))
-            cases[record["id"]] = {**record, "status": status, "message": message}
+            record = CaseRecord.from_dict(data, Where("the compile gate's records"))
+            cases[record.id] = dataclasses.replace(record, status=status, message=message)
         for case_id, entry in self.benchmarks.items():
             if case_id not in cases:  # a benchmark without an audited record of the same case
                 status, message = self.outcomes.get(entry["nodeid"], ("error", "no outcome recorded"))
-                cases[case_id] = {**entry["fields"], "audited": False, "status": status, "message": message}
-            cases[case_id]["benchmarks"] = {**(cases[case_id].get("benchmarks") or {}), **entry["figures"]}
-        return [written(case, Where("the compile gate's records")) for case in cases.values()]
+                fields = {**entry["fields"], "audited": False, "status": status, "message": message}
+                cases[case_id] = written(fields, Where("the compile gate's records"))
+            figures = {**cases[case_id].benchmarks, **entry["figures"]}
+            cases[case_id] = dataclasses.replace(cases[case_id], benchmarks=MappingProxyType(figures))
+        return list(cases.values())
 
     def _record_budgets(self) -> None:
         """The judged file with this run's proposals applied, written to ``record_path``; the judged file is left

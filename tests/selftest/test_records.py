@@ -140,3 +140,23 @@ def test_the_session_writes_records_and_refuses_a_field_no_record_holds():
     data["phases"][1]["new_count"] = 3
     with pytest.raises(ReportError, match=r"phases\[1\]\.new_count: written, but no field of the record holds it"):
         written(data, Where("plugin"))
+
+
+def test_the_plugin_builds_the_record_where_the_audit_ends_and_refuses_a_field_there():
+    """The plugin's record of a case is a CaseRecord from the start, pending its outcome, and the session gives it
+    the test report's outcome; a field no record holds fails the case that wrote it, by name."""
+    from compile_gate.plugin import case_record
+    from compile_gate.session import PENDING, GateSession
+
+    data = {key: value for key, value in fake.plugin_case(LOHA).items() if key not in ("status", "message")}
+    record = case_record(data, LOHA)
+    assert isinstance(record, CaseRecord) and record.status == PENDING
+    session = GateSession(budget_file=None, rootpath=None)
+    session.records["node"] = record.to_dict()
+    session.outcomes["node"] = ("failed", "over budget")
+    (case,) = session._cases()
+    assert (case.status, case.message) == ("failed", "over budget")
+    assert case.to_dict() == {**record.to_dict(), "status": "failed", "message": "over budget"}
+    data["phases"][1]["new_count"] = 3
+    with pytest.raises(ReportError, match=rf"record of {LOHA}.*phases\[1\]\.new_count: written, but no field"):
+        case_record(data, LOHA)

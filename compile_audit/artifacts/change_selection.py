@@ -95,6 +95,8 @@ class Readers:
         self.head_folders = None if head_folders is None else frozenset(head_folders)
         self.by_iteration: dict[str, set[str]] = {}  # name -> the functions that iterate it (artifacts.tables)
         self.by_comparison: dict[str, set[str]] = {}  # name -> the functions that compare it (artifacts.tables)
+        # name -> the functions that use it other than to look one key up (artifacts.tables)
+        self.beyond_lookups: dict[str, set[str]] = {}
         self.module_functions: dict[str, list[code_changes.FunctionDef]] = {}  # module-level functions by name
         self.modules: dict[str, Module] = {}
         self.versions: dict[str, list[Module]] = {}  # each parsed version of a file: base's, then head's
@@ -113,6 +115,8 @@ class Readers:
                 key = f"{module.path}::{qualname}"
                 for name in tables.iterated_names(function.node):
                     self.by_iteration.setdefault(name, set()).add(key)
+                for name in tables.used_beyond_lookups(function.node):
+                    self.beyond_lookups.setdefault(name, set()).add(key)
                 for name in tables.compared_names(function.node):
                     self.by_comparison.setdefault(name, set()).add(key)
                 if "." not in qualname:
@@ -175,9 +179,12 @@ class Readers:
         return self.is_added(path) and self.base_folders is not None and folder not in self.base_folders
 
     def iterating(self, names: Iterable[str]) -> set[str]:
-        """Functions that go over one of these tables (a loop, ``.items()``, ``list(...)``), not those that look up
-        a key."""
-        return set().union(*(self.by_iteration.get(name, set()) for name in names))
+        """Functions that go over one of these tables (a loop, ``.items()``, ``list(...)``) or use it other than to
+        look one key up (return it, pass it on: it may be iterated there), not those that only look up a key."""
+        names = list(names)
+        return set().union(
+            *(self.by_iteration.get(name, set()) | self.beyond_lookups.get(name, set()) for name in names)
+        )
 
     def tables_written_by(self, names: Iterable[str]) -> set[str] | None:
         """The tables the module-level functions of these names add keys to; None when one of them is not this
@@ -275,6 +282,7 @@ class Pick:
     cases: frozenset[str] | None  # None: every case
     reason: str
     new_cases: bool = False  # the cases no footprint holds run too
+    new_method: str = ""  # with new_cases: the new subpackage (its method), counted once however many picks name it
     building: frozenset[str] = frozenset()  # of ``cases``, those that ran the changed code only while building
 
 
@@ -306,6 +314,7 @@ class _Rules:
         self.footprints, self.readers = footprints, readers
         self.changed = frozenset(changed)  # functions (keys) whose changed statements their own pick selects
         self.outside = outside  # the words code outside the package spells (None: unknown)
+        self.edited_statements: set[int] = set()  # ids of the statements the change adds or removes
 
     def cases_of(self, keys: Iterable[str]) -> frozenset[str]:
         return frozenset().union(*(self.footprints.ran(key) for key in keys))
@@ -503,6 +512,62 @@ class _Rules:
                 cases |= self.cases_reading(self.readers.of_attribute(name), {name}) & self.class_cases(p, scope)
         return Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(n for _, _, n in names)}")
 
+    def iterated(self, names: set[tuple[str, str, str]]) -> frozenset[str]:
+        """The cases that ran code going over these tables (or passing them on): a module-level name's readers, a
+        class attribute's on its class or a subclass."""
+        cases = set()
+        for path, scope, name in names:
+            going_over = self.readers.iterating({name})
+            if scope:
+                readers = self.readers.of_attribute(name) & going_over
+                cases |= self.cases_reading(readers, {name}) & self.class_cases(path, scope)
+            else:
+                cases |= self.cases_reading(self.readers.of_name(name, path) & going_over, {name})
+        return frozenset(cases)
+
+    def tables_grown(self, path: str, changes: Sequence[StatementChange]) -> tuple[list[Pick], list[StatementChange]]:
+        """A dict literal rewritten with entries added and none changed or removed (``MAPPING = {...}`` gaining a
+        new method's entry): like a key set, it selects the code iterating the table; the other changes, as they
+        are."""
+        picks, paired = [], set()
+        for removed in (c for c in changes if c.kind == "removed" and c.statement.table):
+            for added in (c for c in changes if c.kind == "added" and c.statement.table and id(c) not in paired):
+                old, new = removed.statement, added.statement
+                if (old.scope, old.binds, old.table[0]) != (new.scope, new.binds, new.table[0]):
+                    continue
+                if not old.table[1] < new.table[1]:
+                    continue
+                paired |= {id(removed), id(added)}
+                names = self.computed_from(path, set(new.binds))
+                cases = self.iterated(names)
+                names = {name for _, _, name in names}
+                gained = new.table[1] - old.table[1]
+                count = len(gained)
+                reason = (
+                    f"{path}: `{new.text}` gains {count} entr{'y' if count == 1 else 'ies'}, none changed: the"
+                    f" {_count(cases)} that ran code iterating {_names(names)}"
+                )
+                # An entry naming a class of a subpackage base lacks registers a new method (before
+                # register_peft_method, PEFT's tables were literals): its cases are new.
+                words = {w for _, value in gained for w in _QUOTED.findall(value)}
+                folders = sorted(
+                    m.path.rpartition("/")[0]
+                    for m in self.readers.modules.values()
+                    if self.readers.in_new_folder(m.path) and words & set(m.classes)
+                )
+                for folder in folders:
+                    picks.append(
+                        Pick(
+                            frozenset(),
+                            f"{reason}; one names a class of {folder}/: the new cases",
+                            new_cases=True,
+                            new_method=folder,
+                        )
+                    )
+                picks.append(Pick(cases, reason))
+                break
+        return picks, [c for c in changes if id(c) not in paired]
+
     def table_write(self, change: StatementChange, where: str) -> Pick:
         """A statement that sets keys of a table at import (``MAPPING["vit"] = ...``). Added, it can change only what
         code going over the table sees (or over a name computed from it): a lookup of another key reads what it read
@@ -534,6 +599,7 @@ class _Rules:
                     f"{where}: runs at import in a new subpackage and adds keys to {_names(written)}: the new cases,"
                     f" and the {_count(cases)} that ran code iterating them",
                     new_cases=True,
+                    new_method=folder,
                 )
         if statement is not None and self.readers.in_removed_folder(path):
             written = self.readers.tables_written_by(statement.reads)
@@ -582,6 +648,8 @@ class _Rules:
         while pending:
             where, _, name = pending.pop()
             for reader_path, statement in self.readers.at_import_time(name, where):
+                if id(statement) in self.edited_statements:  # its own pick follows what it binds now
+                    continue
                 for bound in statement.binds:
                     if (reader_path, statement.scope, bound) not in found:
                         found.add((reader_path, statement.scope, bound))
@@ -600,17 +668,20 @@ def select(
     where unknown, and every method added to a class then selects the cases that ran the class."""
     changed = [f"{m.path}::{c.qualname}" for m in changes for c in m.functions if c.kind == "changed"]
     rules = _Rules(footprints, readers, changed, outside)
+    rules.edited_statements = {id(change.statement) for module in changes for change in module.statements}
     picks = [Pick(EVERYTHING, f"{message}: every case") for message in unparsable]
     for module in changes:
         picks += [rules.function(change) for change in module.functions]
-        picks += [rules.statement(change) for change in module.statements]
+        grown, statements = rules.tables_grown(module.path, module.statements)
+        picks += grown
+        picks += [rules.statement(change) for change in statements]
     picks = rules.less_new_subpackages(picks, [m.path for m in changes])
     everything = any(pick.cases is EVERYTHING for pick in picks)
     cases = set().union(*(pick.cases for pick in picks if pick.cases is not EVERYTHING))
     firm = set().union(*(pick.cases - pick.building for pick in picks if pick.cases is not EVERYTHING))
     changed = sorted({m.path for m in changes if m.executes_differently} | {u.split(":", 1)[0] for u in unparsable})
     ordered = sorted(picks, key=lambda pick: pick.cases is not EVERYTHING)  # what widened to everything first
-    new_methods = sum(p.new_cases for p in picks)
+    new_methods = len({p.new_method for p in picks if p.new_cases})
     new_cases = bool(new_methods) or any(readers.is_added(m.path) for m in changes)
     return Selection(
         everything,

@@ -128,6 +128,8 @@ class Statement:
     # The tables it adds keys to (``MAPPING["vit"] = ...``, ``MAPPING.update(...)``: compile_audit.artifacts.tables)
     writes: frozenset[str] = frozenset()
     version: bool = False  # it binds a version name to a version string (``__version__ = "0.18.0"``)
+    # ``NAME = {key: value, ...}``: the statement with an empty literal, and each entry (key and value dumped)
+    table: tuple[str, frozenset[tuple[str, str]]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -381,8 +383,21 @@ class _ModuleBuilder:
                 reads=frozenset(names),
                 writes=frozenset(tables.written_tables(node)),
                 version=_binds_a_version(node),
+                table=_table_literal(node),
             )
         )
+
+
+def _table_literal(node: ast.stmt) -> tuple[str, frozenset[tuple[str, str]]] | None:
+    """A name bound to a dict literal (no ``**``): the statement with the literal emptied, and its entries."""
+    if not isinstance(node, ast.Assign | ast.AnnAssign) or not isinstance(node.value, ast.Dict):
+        return None
+    if any(key is None for key in node.value.keys):
+        return None
+    entries = frozenset((_dump(k), _dump(v)) for k, v in zip(node.value.keys, node.value.values, strict=True))
+    emptied = copy.copy(node)
+    emptied.value = ast.Dict(keys=[], values=[])
+    return _dump(emptied), entries
 
 
 def _is_cached(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:

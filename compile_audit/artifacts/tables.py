@@ -107,3 +107,28 @@ def _spelled(node: ast.AST) -> str:
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         return f"{node.value.id}.{node.attr}"
     return node.id if isinstance(node, ast.Name) else ""
+
+
+@functools.cache
+def used_beyond_lookups(function: ast.AST) -> frozenset[str]:
+    """The bare names (and attributes' own names) a function uses other than to look one key or member up
+    (``NAME[key]``, ``NAME.get(key)``, ``NAME.MEMBER``, ``key in NAME``): iterated, returned, passed on, stored. An
+    added key can reach such a use (a table passed on may be iterated elsewhere)."""
+    looked_up: set[int] = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            looked_up.add(id(node.value))
+        elif isinstance(node, ast.Attribute) and node.attr not in _ITERATING_METHODS:
+            looked_up.add(id(node.value))  # NAME.get(key), an enum's NAME.MEMBER
+        elif isinstance(node, ast.Compare) and all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            for comparator in node.comparators:
+                looked_up.add(id(comparator))
+                if isinstance(comparator, ast.Call) and _name(comparator.func) in _ITERATING_CALLS:
+                    looked_up.update(id(arg) for arg in comparator.args)  # key in list(NAME)
+                elif isinstance(comparator, ast.Call) and isinstance(comparator.func, ast.Attribute):
+                    looked_up.add(id(comparator.func.value))  # key in NAME.keys()
+    found = set()
+    for node in ast.walk(function):
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load) and id(node) not in looked_up:
+            found.add(_name(node))
+    return frozenset(found - {""})

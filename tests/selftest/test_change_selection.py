@@ -639,3 +639,69 @@ def test_a_removed_method_selects_its_cases_and_the_code_iterating_its_tables_no
     head = {name: text for name, text in files.items() if not name.startswith("oldm/")}
     chosen = select_between(footprints, _tree(tmp_path, "base", files), _tree(tmp_path, "head", head))
     assert not chosen.everything and chosen.cases == ("m/list/x", "m/oldm/x"), chosen.reasons
+
+
+TABLE_READERS = (
+    "from .constants import MAPPING\n\n\ndef targets(model_type):\n    return MAPPING.get(model_type)\n\n\n"
+    "def known():\n    return [k for k in MAPPING]\n\n\ndef handed_on():\n    return MAPPING\n"
+)
+TABLE_FOOTPRINTS = Footprints(
+    ("m/a/x", "m/b/x", "m/c/x"),
+    {
+        "toy/readers.py::targets": frozenset({"m/a/x"}),
+        "toy/readers.py::known": frozenset({"m/b/x"}),
+        "toy/readers.py::handed_on": frozenset({"m/c/x"}),
+    },
+)
+
+
+def test_a_table_literal_gaining_an_entry_selects_the_code_going_over_it_or_handing_it_on(tmp_path):
+    """``MAPPING = {...}`` rewritten with one entry more and none changed: a lookup of another key reads what it
+    read; code iterating the table, or returning it (to be iterated elsewhere), may see the entry."""
+    files = {"constants.py": "MAPPING = {'llama': ['q']}\n", "readers.py": TABLE_READERS}
+    grown = {**files, "constants.py": "MAPPING = {'llama': ['q'], 'vit': ['query']}\n"}
+    chosen = select_between(TABLE_FOOTPRINTS, _tree(tmp_path, "base", files), _tree(tmp_path, "head", grown))
+    assert chosen.cases == ("m/b/x", "m/c/x"), chosen.reasons
+    assert "gains 1 entry, none changed" in chosen.reasons[0]
+    # An entry changed as well: every reader.
+    changed = {**files, "constants.py": "MAPPING = {'llama': ['k'], 'vit': ['query']}\n"}
+    chosen = select_between(TABLE_FOOTPRINTS, _tree(tmp_path, "b2", files), _tree(tmp_path, "h2", changed))
+    assert chosen.cases == ("m/a/x", "m/b/x", "m/c/x"), chosen.reasons
+
+
+def test_a_name_added_for_a_table_s_new_entry_is_followed_by_the_table_s_own_change(tmp_path):
+    """A method's class imported and put in the table: the import is followed only to unchanged code that computes
+    from it; the table's rewrite, which now reads it, is judged as itself (an entry gained)."""
+    files = {
+        "models.py": "class Old:\n    pass\n\n\nclass New:\n    pass\n",
+        "constants.py": "from .models import Old\n\nMAPPING = {'old': Old}\n",
+        "readers.py": TABLE_READERS,
+    }
+    head = {
+        **files,
+        "constants.py": "from .models import New, Old\n\nMAPPING = {'old': Old, 'new': New}\n",
+    }
+    chosen = select_between(TABLE_FOOTPRINTS, _tree(tmp_path, "base", files), _tree(tmp_path, "head", head))
+    assert chosen.cases == ("m/b/x", "m/c/x"), chosen.reasons
+
+
+def test_a_method_put_in_a_table_literal_is_a_new_method(tmp_path):
+    """Before a registration function, a method was a subpackage and an entry in each table literal: its cases are
+    new, once, and the tables' lookups of other keys select nothing."""
+    files = {
+        "lora/__init__.py": "",
+        "lora/model.py": METHOD_MODEL.replace("class Model", "class LoraModel"),
+        "constants.py": "from .lora.model import LoraModel\n\nMAPPING = {'lora': LoraModel}\nNAMES = {'lora': 'l'}\n",
+        "readers.py": TABLE_READERS,
+    }
+    head = {
+        **files,
+        "newm/__init__.py": "",
+        "newm/model.py": METHOD_MODEL.replace("class Model", "class NewModel"),
+        "constants.py": (
+            "from .lora.model import LoraModel\nfrom .newm.model import NewModel\n\n"
+            "MAPPING = {'lora': LoraModel, 'newm': NewModel}\nNAMES = {'lora': 'l', 'newm': 'n'}\n"
+        ),
+    }
+    chosen = select_between(TABLE_FOOTPRINTS, _tree(tmp_path, "base", files), _tree(tmp_path, "head", head))
+    assert (chosen.cases, chosen.new_methods, chosen.new_cases) == (("m/b/x", "m/c/x"), 1, True), chosen.reasons

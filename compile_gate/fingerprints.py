@@ -52,7 +52,7 @@ def run_case(item: pytest.Item, packages: list[str]):
         with builds.recording(packages):
             yield
     except builds.BuildFingerprinted as stop:
-        run.found[case_id] = {**stop.fingerprint, "seconds": round(time.perf_counter() - started, 2)}
+        run.found[case_id] = {**run.shared(stop.fingerprint), "seconds": round(time.perf_counter() - started, 2)}
         pytest.skip(f"{OPTION}: build fingerprinted at the first compile, nothing judged")
     except Exception as exc:
         why = f"raised {type(exc).__name__}: {exc}".splitlines()[0][:300]
@@ -66,7 +66,15 @@ class FingerprintRun:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.found: dict[str, dict[str, Any]] = {}
+        self.entries: dict[str, dict[str, Any]] = {}  # the tables' entries, by digest: most cases share them
         self.started = time.perf_counter()  # pytest's start-up and collection count in the run's wall time
+
+    def shared(self, fingerprint: dict[str, Any]) -> dict[str, Any]:
+        """The fingerprint with its tables' entries kept once per run, named by their digest."""
+        entries = fingerprint.get("package_entries", {})
+        key = builds_file.entries_key(entries)
+        self.entries.setdefault(key, entries)
+        return {**fingerprint, "package_entries": key}
 
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         """Only cases build models: the self-tests are deselected."""
@@ -78,4 +86,4 @@ class FingerprintRun:
 
     def pytest_sessionfinish(self) -> None:
         wall = round(time.perf_counter() - self.started, 2)
-        write_text_atomic(self.path, builds_file.to_json(self.found, wall_seconds=wall))
+        write_text_atomic(self.path, builds_file.to_json(self.found, wall_seconds=wall, entries=self.entries))

@@ -600,6 +600,7 @@ class Chosen:
     lines: list[str]
     listed: tuple[str, ...] = ()  # the cases the listing (--cases=FILE) holds
     build_only: tuple[str, ...] = ()  # of those, the ones to compare builds of before running them
+    tables_gaining: tuple[str, ...] = ()  # the tables the change adds keys to (Selection.tables_gaining)
 
 
 def choose_selection(opts: Options, sources: tuple[Path, Path] | None) -> Chosen:
@@ -668,7 +669,14 @@ def _selection_by_change(opts: Options, base_source: Path, head_source: Path) ->
             " builds are compared first"
         )
     listed = (*selection.cases, *audit)
-    return Chosen([f"--cases={cases}", *new], None if new else total, [*lines, summary], listed, selection.build_only)
+    return Chosen(
+        [f"--cases={cases}", *new],
+        None if new else total,
+        [*lines, summary],
+        listed,
+        selection.build_only,
+        selection.tables_gaining,
+    )
 
 
 def compare_builds(shell: Shell, sides: tuple[Side, Side], snapshot: Path, opts: Options, chosen: Chosen) -> Chosen:
@@ -688,8 +696,14 @@ def compare_builds(shell: Shell, sides: tuple[Side, Side], snapshot: Path, opts:
             found.append(builds_file.read(path) if status == 0 else {})
         except ValueError:
             found.append({})
-    same, run = builds_file.compare(chosen.build_only, *found)
+    same, run = builds_file.compare(chosen.build_only, *found, chosen.tables_gaining)
+    gained = [case for case in same if not builds_file.same_build(found[0].get(case), found[1].get(case))]
     lines = [f"builds compared for {len(chosen.build_only)} case(s): {len(same)} built the same (not run)"]
+    if gained:
+        lines[0] += (
+            f", {len(gained)} of them but for the keys the change adds to {', '.join(chosen.tables_gaining)}"
+            " (the code going over those tables is selected on its own)"
+        )
     lines += [f"  runs: {case}: {why}" for case, why in sorted(run.items())[:20]]
     lines += [f"  ... {len(run) - 20} more (see {shown(opts.out / 'build-cases.txt')})"] if len(run) > 20 else []
     for line in lines:

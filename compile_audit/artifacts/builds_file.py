@@ -1,27 +1,40 @@
 """The build fingerprints of a run (``pytest --build-fingerprints PATH``, ``compile_audit.probe.builds``): read,
 written and compared, without torch.
 
-    {"format": 1, "cases": {"llama-tiny/lora/save-load": {"digest": ..., "modules": [...], "package_values": {...},
-                                                          "seconds": 0.4},
-                            "opt-tiny/boft/depth": {"missing": "raised ValueError: ..."}}}
+    {"format": 2, "cases": {"llama-tiny/lora/save-load": {"digest": ..., "modules": [...], "package_values": {...},
+                                                          "package_entries": "3f2a...", "seconds": 0.4},
+                            "opt-tiny/boft/depth": {"missing": "raised ValueError: ..."}},
+     "entries": {"3f2a...": {"peft.mapping.PEFT_TYPE_TO_CONFIG_MAPPING": {key: digest, ...}, ...}}}
 
 ``wall_seconds``: the whole run's, pytest's start-up included; ``seconds``: each case's body up to its first
 compile (what comparing builds costs the gate, per side). A case with ``missing`` has no fingerprint (it raised, or
-ended without compiling): nothing can be told from it.
+ended without compiling): nothing can be told from it. ``entries``: the packages' dict tables entry by entry, kept
+once per distinct set (most cases of a run share one); a format 1 file has none.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1
+FORMAT = 2
+FORMATS = (1, FORMAT)
 
 
-def to_json(cases: Mapping[str, Mapping[str, Any]], wall_seconds: float | None = None) -> str:
+def entries_key(entries: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def to_json(
+    cases: Mapping[str, Mapping[str, Any]],
+    wall_seconds: float | None = None,
+    entries: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
     data = {"format": FORMAT, "cases": dict(sorted(cases.items())), "wall_seconds": wall_seconds}
+    data["entries"] = dict(entries or {})
     return json.dumps(data, sort_keys=True) + "\n"
 
 
@@ -36,9 +49,18 @@ def read_run(path: Path) -> tuple[dict[str, dict[str, Any]], float | None]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path}: unreadable build fingerprints: {error}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("cases"), dict):
+    if not isinstance(data, dict) or data.get("format") not in FORMATS or not isinstance(data.get("cases"), dict):
         raise ValueError(f"{path}: not a build fingerprints file (format {FORMAT}, 'cases' by case id)")
-    return data["cases"], data.get("wall_seconds")
+    entries = data.get("entries") or {}
+    cases = {}
+    for case, found in data["cases"].items():
+        key = found.get("package_entries") if isinstance(found, dict) else None
+        if isinstance(key, str):
+            if key not in entries:
+                raise ValueError(f"{path}: case {case!r} names entries {key!r}, which the file does not hold")
+            found = {**found, "package_entries": entries[key]}
+        cases[case] = found
+    return cases, data.get("wall_seconds")
 
 
 def same_build(base: Mapping[str, Any] | None, head: Mapping[str, Any] | None) -> bool:
@@ -60,15 +82,41 @@ def differences(base: dict[str, Any], head: dict[str, Any], limit: int = 3) -> l
     return found[:limit] or ([] if base["digest"] == head["digest"] else ["the digests differ"])
 
 
+def only_gained(base: Mapping[str, Any], head: Mapping[str, Any], gaining: Iterable[str]) -> bool:
+    """The builds differ only in tables ``gaining`` names (by their own name, ``PEFT_TYPE_TO_CONFIG_MAPPING``), each
+    of which kept every entry of base's and gained others: what a change that adds keys to those tables does, whose
+    code going over them the selection selects on its own."""
+    gaining = set(gaining)
+    old, new = base.get("package_values", {}), head.get("package_values", {})
+    differing = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+    if not gaining or not differing or base.get("modules") != head.get("modules"):
+        return False
+    old_entries, new_entries = base.get("package_entries") or {}, head.get("package_entries") or {}
+    for name in differing:
+        if name.rpartition(".")[2] not in gaining or name not in old_entries or name not in new_entries:
+            return False
+        kept, grown = old_entries[name], new_entries[name]
+        if any(grown.get(key) != digest for key, digest in kept.items()) or len(grown) <= len(kept):
+            return False
+    return True
+
+
 def compare(
-    cases: Iterable[str], base: Mapping[str, Mapping[str, Any]], head: Mapping[str, Mapping[str, Any]]
+    cases: Iterable[str],
+    base: Mapping[str, Mapping[str, Any]],
+    head: Mapping[str, Mapping[str, Any]],
+    gaining: Iterable[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
     """The cases that built the same on both sides, and for every other one why it must run: what differs, or
-    which side has no fingerprint."""
+    which side has no fingerprint. ``gaining``: the tables the change adds keys to (``Selection.tables_gaining``);
+    a build that differs only by their new keys is the same build."""
     same, run = [], {}
+    gaining = tuple(gaining)
     for case in cases:
         old, new = base.get(case), head.get(case)
-        if same_build(old, new):
+        if same_build(old, new) or (
+            old and new and "digest" in old and "digest" in new and only_gained(old, new, gaining)
+        ):
             same.append(case)
         elif not old or "digest" not in old or not new or "digest" not in new:
             missing = [

@@ -70,6 +70,9 @@ class Selection:
     # Of ``cases``, those the change reaches only through code they ran while building their model: an equal build
     # on both sides (``compile_audit.probe.builds``) compiles the same, and deselects them.
     build_only: tuple[str, ...] = ()
+    # The tables (by their own name) the change adds keys to: a build that differs only by those keys builds the same
+    # (compile_audit.artifacts.builds_file.only_gained); the code going over them is selected on its own.
+    tables_gaining: tuple[str, ...] = ()
 
     @property
     def nothing_executes_differently(self) -> bool:
@@ -283,6 +286,7 @@ class Pick:
     reason: str
     new_cases: bool = False  # the cases no footprint holds run too
     new_method: str = ""  # with new_cases: the new subpackage (its method), counted once however many picks name it
+    gains: frozenset[str] = frozenset()  # tables the change adds keys to, whose code going over them it selects
     building: frozenset[str] = frozenset()  # of ``cases``, those that ran the changed code only while building
 
 
@@ -564,7 +568,7 @@ class _Rules:
                             new_method=folder,
                         )
                     )
-                picks.append(Pick(cases, reason))
+                picks.append(Pick(cases, reason, gains=frozenset(names)))
                 break
         return picks, [c for c in changes if id(c) not in paired]
 
@@ -576,7 +580,9 @@ class _Rules:
         if change.kind == "added":
             cases = self.cases_reading(self.readers.iterating(tables_), tables_)
             return Pick(
-                cases, f"{where}: sets a key of {_names(tables_)}: the {_count(cases)} that ran code iterating it"
+                cases,
+                f"{where}: sets a key of {_names(tables_)}: the {_count(cases)} that ran code iterating it",
+                gains=frozenset(tables_),
             )
         readers = set().union(*(self.readers.of_name(n, change.path) | self.readers.of_attribute(n) for n in tables_))
         cases = self.cases_reading(readers, tables_)
@@ -600,6 +606,7 @@ class _Rules:
                     f" and the {_count(cases)} that ran code iterating them",
                     new_cases=True,
                     new_method=folder,
+                    gains=frozenset(written),
                 )
         if statement is not None and self.readers.in_removed_folder(path):
             written = self.readers.tables_written_by(statement.reads)
@@ -691,6 +698,7 @@ def select(
         new_cases=new_cases and not everything,
         new_methods=0 if everything else new_methods,
         build_only=() if everything else tuple(sorted(cases - firm)),
+        tables_gaining=tuple(sorted(set().union(*(pick.gains for pick in picks)))),
     )
 
 

@@ -94,7 +94,9 @@ def held_by_frames(frame: types.FrameType | None) -> list[torch.nn.Module]:
 
 def fingerprint(packages: Sequence[str], modules: Sequence[torch.nn.Module]) -> dict[str, Any]:
     """The root modules among ``modules`` and the packages' module values, with one digest of it all. Roots are
-    sorted: the order objects are found in is no part of a build."""
+    sorted: the order objects are found in is no part of a build. Each of the packages' dict tables is also kept
+    entry by entry (``package_entries``): a table that only gained keys can be told from one whose entries
+    changed."""
     modules = [m for m in modules if not issubclass(type(m), torch.fx.GraphModule)]
     held = {id(child) for module in modules for child in module.modules() if child is not module}
     with warnings.catch_warnings():
@@ -109,8 +111,19 @@ def fingerprint(packages: Sequence[str], modules: Sequence[torch.nn.Module]) -> 
             if not (isinstance(value, str) and os.path.isabs(value))  # where torch is installed: each venv its own
         }
         rng = {"torch random state": tensor_summary(torch.get_rng_state())}  # what the steps after the build draw
-        values = _digests({**package_values(packages), **settings, **rng})
-    return {"digest": _digest([trees, values]), "modules": trees, "package_values": values}
+        tables = package_values(packages)
+        values = _digests({**tables, **settings, **rng})
+    entries = {
+        name: dict(_digests(dict(value["items"])))
+        for name, value in tables.items()
+        if isinstance(value, dict) and isinstance(value.get("items"), list) and value["type"].endswith("dict")
+    }
+    return {
+        "digest": _digest([trees, values]),
+        "modules": trees,
+        "package_values": values,
+        "package_entries": entries,
+    }
 
 
 def _digest(data: Any) -> str:

@@ -117,6 +117,7 @@ TOY_BUILD = """
 import torch
 
 TABLE = {{}}
+REGISTRY = {{"lora": "LoraModel"}}
 
 
 class Layer(torch.nn.Module):
@@ -181,6 +182,59 @@ def test_a_build_change_that_builds_the_same_model_deselects_the_case(tmp_path):
     refactored = _fingerprint(tmp_path, "head", extra="model = torch.nn.Sequential(*list(model))")
     same, run = builds_file.compare(["m/a/train"], {"m/a/train": base}, {"m/a/train": refactored})
     assert (same, run) == (["m/a/train"], {})
+
+
+@pytest.mark.parametrize(
+    ("head", "gaining", "same_build"),
+    [
+        ("REGISTRY['newm'] = 'NewModel'", ("REGISTRY",), True),
+        ("REGISTRY['newm'] = 'NewModel'", (), False),  # nothing says the change adds keys to it
+        ("REGISTRY['newm'] = 'NewModel'", ("TABLE",), False),  # it says so of another table
+        ("REGISTRY['lora'] = 'Other'; REGISTRY['newm'] = 'NewModel'", ("REGISTRY",), False),  # an entry changed
+        ("REGISTRY['newm'] = 'NewModel'; model[1].scaling = 0.5", ("REGISTRY",), False),  # and the model
+    ],
+)
+def test_a_build_that_differs_only_by_the_keys_the_change_adds_builds_the_same(tmp_path, head, gaining, same_build):
+    """A new method's registration adds keys to the package's tables; a build whose only difference is those keys
+    (every old entry as it was) compiles the same, and the selection covers the code going over them."""
+    base = _fingerprint(tmp_path, "base")
+    grown = _fingerprint(tmp_path, "head", extra=head)
+    same, run = builds_file.compare(["m/a/train"], {"m/a/train": base}, {"m/a/train": grown}, gaining)
+    assert (same == ["m/a/train"]) is same_build, run
+
+
+def test_the_tables_entries_are_written_once_per_run_and_read_back_per_case(tmp_path):
+    entries = {"toy.REGISTRY": {"k": "d1"}}
+    key = builds_file.entries_key(entries)
+    cases = {
+        case: {"digest": "1", "modules": [], "package_values": {}, "package_entries": key}
+        for case in ("m/a/train", "m/b/train")
+    }
+    path = tmp_path / "builds.json"
+    path.write_text(builds_file.to_json(cases, entries={key: entries}))
+    assert path.read_text().count('"d1"') == 1
+    assert {case: found["package_entries"] for case, found in builds_file.read(path).items()} == {
+        "m/a/train": entries,
+        "m/b/train": entries,
+    }
+    path.write_text(builds_file.to_json(cases))
+    with pytest.raises(ValueError, match=rf"builds\.json: case 'm/a/train' names entries '{key}'"):
+        builds_file.read(path)
+
+
+def test_the_selection_names_the_tables_a_change_adds_keys_to(tmp_path):
+    roots = []
+    for side, text in (
+        ("base", "MAPPING = {'llama': ['q']}\n"),
+        ("head", "MAPPING = {'llama': ['q']}\nMAPPING['vit'] = []\n"),
+    ):
+        root = tmp_path / side / "toy"
+        root.mkdir(parents=True)
+        (root / "__init__.py").write_text("")
+        (root / "constants.py").write_text(text)
+        roots.append(root)
+    chosen = select_between(footprints_file.Footprints(("m/a/x",), {}), *roots)
+    assert chosen.tables_gaining == ("MAPPING",), chosen.reasons
 
 
 def test_a_side_without_a_fingerprint_keeps_the_case():

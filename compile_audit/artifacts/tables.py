@@ -2,7 +2,8 @@
 
 A registration call adds a key to a table (``PEFT_TYPE_TO_CONFIG_MAPPING[peft_type] = config``). Code that looks up
 another key reads what it read before; only code that goes over the whole table (a loop, ``.items()``, ``list(...)``,
-``len(...)``) can see the new key. So the selection follows a new key to the table's iterating readers only.
+``len(...)``), or hands it on to code that may, can see the new key. So the selection follows a new key to those
+readers only, not to lookups of one key or member.
 """
 
 from __future__ import annotations

@@ -201,6 +201,12 @@ def parse_module(path: str, source: str) -> Module:
 # ----------------------------------------------------------------------------- normalisation
 
 
+def _no_constants(body: list[ast.stmt]) -> list[ast.stmt]:
+    """A module or class body without its constant expression statements: docstrings, the string after an attribute
+    that documents it, ``...``; evaluating a constant does nothing."""
+    return [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+
+
 def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
     first = body[0] if body else None
     if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
@@ -209,10 +215,11 @@ def _strip_docstring(body: list[ast.stmt]) -> list[ast.stmt]:
 
 
 class _Normaliser(ast.NodeTransformer):
-    """Drops what never executes: docstrings, annotations inside functions, ``if TYPE_CHECKING:`` at module level."""
+    """Drops what never executes: docstrings (and any constant expression statement of a module or class body),
+    annotations inside functions, ``if TYPE_CHECKING:`` at module level."""
 
     def visit_Module(self, node: ast.Module) -> ast.Module:
-        node.body = [s for s in _strip_docstring(node.body) if not _is_type_checking_only(s)]
+        node.body = [s for s in _no_constants(node.body) if not _is_type_checking_only(s)]
         for statement in node.body:
             if isinstance(statement, ast.If) and _is_type_checking(statement.test):
                 statement.body = [ast.Pass()]
@@ -220,7 +227,7 @@ class _Normaliser(ast.NodeTransformer):
         return node
 
     def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
-        node.body = _strip_docstring(node.body) or [_pass(node)]
+        node.body = _no_constants(node.body) or [_pass(node)]
         for statement in node.body:
             if isinstance(statement, ast.AnnAssign | ast.Assign) and isinstance(statement.value, ast.Call):
                 _drop_help_text(statement.value)

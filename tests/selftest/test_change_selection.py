@@ -142,6 +142,9 @@ def test_docstrings_comments_formatting_and_annotations_select_nothing(tmp_path)
         .replace("return x + 1", "return (x +\n                1)")
     )
     config = BASE["config.py"].replace("'the rank'", "'the rank of each adapter'")
+    # A string documenting an attribute, in a module or a class body: evaluating it does nothing.
+    layer = layer.replace("RANKS = (1, 2)\n", "RANKS = (1, 2)\n'The ranks tried.'\n")
+    config = config.replace("    alpha: int = 16\n", "    alpha: int = 16\n    'The numerator of the scale.'\n")
     chosen = _select(tmp_path, {"layer.py": layer, "config.py": config})
     assert chosen.nothing_executes_differently and chosen.cases == () and chosen.reasons == ()
 

@@ -83,16 +83,19 @@ def differences(base: dict[str, Any], head: dict[str, Any], limit: int = 3) -> l
 
 
 def only_gained(base: Mapping[str, Any], head: Mapping[str, Any], gaining: Iterable[str]) -> bool:
-    """The builds differ only in tables ``gaining`` names (by their own name, ``PEFT_TYPE_TO_CONFIG_MAPPING``), each
-    of which kept every entry of base's and gained others: what a change that adds keys to those tables does, whose
-    code going over them the selection selects on its own."""
+    """The builds differ only in what the change adds: keys of the tables ``gaining`` names (by their own name,
+    ``PEFT_TYPE_TO_CONFIG_MAPPING``), each of which kept every entry of base's, and module-level names base did not
+    bind (a new method's target-module table). The selection selects the code going over those tables and the
+    readers of those names on its own."""
     gaining = set(gaining)
     old, new = base.get("package_values", {}), head.get("package_values", {})
     differing = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
-    if not gaining or not differing or base.get("modules") != head.get("modules"):
+    if not differing or base.get("modules") != head.get("modules"):
         return False
     old_entries, new_entries = base.get("package_entries") or {}, head.get("package_entries") or {}
     for name in differing:
+        if name not in old:
+            continue  # bound by the change
         if name.rpartition(".")[2] not in gaining or name not in old_entries or name not in new_entries:
             return False
         kept, grown = old_entries[name], new_entries[name]

@@ -192,9 +192,12 @@ def test_a_build_change_that_builds_the_same_model_deselects_the_case(tmp_path):
         ("REGISTRY['newm'] = 'NewModel'", ("TABLE",), False),  # it says so of another table
         ("REGISTRY['lora'] = 'Other'; REGISTRY['newm'] = 'NewModel'", ("REGISTRY",), False),  # an entry changed
         ("REGISTRY['newm'] = 'NewModel'; model[1].scaling = 0.5", ("REGISTRY",), False),  # and the model
+        ("REGISTRY['newm'] = 'NewModel'; globals()['NEWM_TARGETS'] = {'llama': ['q']}", ("REGISTRY",), True),
+        ("globals()['NEWM_TARGETS'] = {'llama': ['q']}", (), True),  # a name base did not bind
+        ("globals()['TABLE'] = {'llama': ['q']}", (), False),  # a name base bound, rebound
     ],
 )
-def test_a_build_that_differs_only_by_the_keys_the_change_adds_builds_the_same(tmp_path, head, gaining, same_build):
+def test_a_build_that_differs_only_by_the_keys_and_names_the_change_adds_builds_the_same(tmp_path, head, gaining, same_build):
     """A new method's registration adds keys to the package's tables; a build whose only difference is those keys
     (every old entry as it was) compiles the same, and the selection covers the code going over them."""
     base = _fingerprint(tmp_path, "base")

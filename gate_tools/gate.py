@@ -701,8 +701,9 @@ def compare_builds(shell: Shell, sides: tuple[Side, Side], snapshot: Path, opts:
     lines = [f"builds compared for {len(chosen.build_only)} case(s): {len(same)} built the same (not run)"]
     if gained:
         lines[0] += (
-            f", {len(gained)} of them but for the keys the change adds to {', '.join(chosen.tables_gaining)}"
-            " (the code going over those tables is selected on its own)"
+            f", {len(gained)} of them but for what the change adds (keys of"
+            f" {', '.join(chosen.tables_gaining) or 'no table'}, names base did not bind), whose readers the"
+            " selection selects on its own"
         )
     lines += [f"  runs: {case}: {why}" for case, why in sorted(run.items())[:20]]
     lines += [f"  ... {len(run) - 20} more (see {shown(opts.out / 'build-cases.txt')})"] if len(run) > 20 else []

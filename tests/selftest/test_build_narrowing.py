@@ -197,7 +197,9 @@ def test_a_build_change_that_builds_the_same_model_deselects_the_case(tmp_path):
         ("globals()['TABLE'] = {'llama': ['q']}", (), False),  # a name base bound, rebound
     ],
 )
-def test_a_build_that_differs_only_by_the_keys_and_names_the_change_adds_builds_the_same(tmp_path, head, gaining, same_build):
+def test_a_build_that_differs_only_by_the_keys_and_names_the_change_adds_builds_the_same(
+    tmp_path, head, gaining, same_build
+):
     """A new method's registration adds keys to the package's tables; a build whose only difference is those keys
     (every old entry as it was) compiles the same, and the selection covers the code going over them."""
     base = _fingerprint(tmp_path, "base")

@@ -613,6 +613,28 @@ def test_when_every_selected_case_builds_the_same_nothing_runs(run_gate, tmp_pat
     assert "built the same model on both sides" in (tmp_path / "out" / "diff.md").read_text()
 
 
+def test_builds_that_differ_only_by_the_keys_the_change_adds_do_not_run(run_gate, tmp_path):
+    """A new method's registration adds a key to PEFT's tables on head: builds equal but for that key are the same
+    (the selection runs the code going over the table), and selection.md says so."""
+    shell = FakeShell()
+    shell.selection = dataclasses.replace(BUILD_CHANGE, cases=BUILT, tables_gaining=("MAPPING",))
+    for side, entries in (("base", {"'lora'": "1"}), ("head", {"'lora'": "1", "'newm'": "2"})):
+        shell.fingerprints[side] = {
+            case: {
+                **_fingerprint("a"),
+                "digest": side,  # the tables differ, the modules do not
+                "package_values": {"peft.mapping.MAPPING": side},
+                "package_entries": {"peft.mapping.MAPPING": entries},
+            }
+            for case in BUILT
+        }
+    status, _, _ = run_gate(shell)
+    assert status == 0
+    assert not [cmd for cmd in shell.pytest_runs() if "--compile-report" in cmd]
+    selection_md = (tmp_path / "out" / "selection.md").read_text()
+    assert "2 built the same (not run), 2 of them but for what the change adds (keys of MAPPING" in selection_md
+
+
 def test_a_side_that_cannot_fingerprint_keeps_every_case(run_gate, tmp_path):
     shell = FakeShell()
     shell.selection = BUILD_CHANGE

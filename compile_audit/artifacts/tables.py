@@ -46,6 +46,16 @@ def _iterated(node: ast.AST) -> str:
     return _name(node)
 
 
+def _membership_tested(function: ast.AST) -> list[ast.expr]:
+    """The right sides of ``key in X`` / ``key not in X``: what a key is looked up in."""
+    return [
+        comparator
+        for node in ast.walk(function)
+        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
+        for comparator in node.comparators
+    ]
+
+
 @functools.cache  # a replay meets each parsed function in hundreds of commits
 def iterated_names(function: ast.AST) -> frozenset[str]:
     """The bare names a function iterates: in a loop or comprehension, unpacked (``*NAME``), or passed to a call that
@@ -54,12 +64,7 @@ def iterated_names(function: ast.AST) -> frozenset[str]:
     found = set()
     # ``key in list(NAME)`` looks a key up: an added key changes its answer only for that key, which only new code
     # asks for.
-    membership = {
-        id(comparator)
-        for node in ast.walk(function)
-        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops)
-        for comparator in node.comparators
-    }
+    membership = {id(comparator) for comparator in _membership_tested(function)}
     for node in ast.walk(function):
         if id(node) in membership:
             continue
@@ -121,13 +126,12 @@ def used_beyond_lookups(function: ast.AST) -> frozenset[str]:
             looked_up.add(id(node.value))
         elif isinstance(node, ast.Attribute) and node.attr not in _ITERATING_METHODS:
             looked_up.add(id(node.value))  # NAME.get(key), an enum's NAME.MEMBER
-        elif isinstance(node, ast.Compare) and all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
-            for comparator in node.comparators:
-                looked_up.add(id(comparator))
-                if isinstance(comparator, ast.Call) and _name(comparator.func) in _ITERATING_CALLS:
-                    looked_up.update(id(arg) for arg in comparator.args)  # key in list(NAME)
-                elif isinstance(comparator, ast.Call) and isinstance(comparator.func, ast.Attribute):
-                    looked_up.add(id(comparator.func.value))  # key in NAME.keys()
+    for comparator in _membership_tested(function):
+        looked_up.add(id(comparator))
+        if isinstance(comparator, ast.Call) and _name(comparator.func) in _ITERATING_CALLS:
+            looked_up.update(id(arg) for arg in comparator.args)  # key in list(NAME)
+        elif isinstance(comparator, ast.Call) and isinstance(comparator.func, ast.Attribute):
+            looked_up.add(id(comparator.func.value))  # key in NAME.keys()
     found = set()
     for node in ast.walk(function):
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load) and id(node) not in looked_up:

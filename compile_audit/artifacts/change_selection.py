@@ -172,6 +172,16 @@ class Readers:
     def is_added(self, path: str) -> bool:
         return path in self.added
 
+    def added_functions(self) -> set[str]:
+        """The keys of the functions head defines and base does not (in files both have, or only head)."""
+        found = set()
+        for path, versions in self.versions.items():
+            if self.is_added(path):
+                found |= {f"{path}::{q}" for q in versions[0].functions}
+            elif len(versions) == 2:
+                found |= {f"{path}::{q}" for q in versions[1].functions.keys() - versions[0].functions.keys()}
+        return found
+
     def in_removed_folder(self, path: str) -> bool:
         """A file of a subpackage head no longer has (a removed method's tuner package)."""
         return self.head_folders is not None and path.rpartition("/")[0] not in self.head_folders
@@ -319,6 +329,7 @@ class _Rules:
         self.changed = frozenset(changed)  # functions (keys) whose changed statements their own pick selects
         self.outside = outside  # the words code outside the package spells (None: unknown)
         self.edited_statements: set[int] = set()  # ids of the statements the change adds or removes
+        self.recorded = footprints  # as recorded: with the functions the change adds, where a replay's file has them
 
     def cases_of(self, keys: Iterable[str]) -> frozenset[str]:
         return frozenset().union(*(self.footprints.ran(key) for key in keys))
@@ -629,7 +640,7 @@ class _Rules:
         """The picks less the cases that ran a subpackage base lacks: those are the new method's, which run as its
         new cases. Only a footprints file recorded after the method came (a replay of history) holds any."""
         folders = sorted({p.rpartition("/")[0] for p in paths if self.readers.in_new_folder(p)})
-        own = {folder: self.footprints.ran_any(f"{folder}/") for folder in folders}
+        own = {folder: self.recorded.ran_any(f"{folder}/") for folder in folders}
         own = {folder: cases for folder, cases in own.items() if cases}
         if not own:
             return picks
@@ -674,7 +685,8 @@ def select(
     """``outside``: the words code outside the package spells (:mod:`compile_audit.artifacts.outside_names`); None
     where unknown, and every method added to a class then selects the cases that ran the class."""
     changed = [f"{m.path}::{c.qualname}" for m in changes for c in m.functions if c.kind == "changed"]
-    rules = _Rules(footprints, readers, changed, outside)
+    rules = _Rules(footprints.without(readers.added_functions()), readers, changed, outside)
+    rules.recorded = footprints
     rules.edited_statements = {id(change.statement) for module in changes for change in module.statements}
     picks = [Pick(EVERYTHING, f"{message}: every case") for message in unparsable]
     for module in changes:

@@ -102,6 +102,19 @@ class Footprints:
     def ran(self, key: str) -> frozenset[str]:
         return self.runs.get(key, frozenset())
 
+    def without(self, keys: Iterable[str]) -> Footprints:
+        """These functions as run by no case: a footprints file recorded after a change (a replay of history) holds
+        functions the change adds, which no case can have run on the side that lacks them."""
+        drop = set(keys) & (self.runs.keys() | self.statements.keys() | self.build_only.keys())
+        if not drop:
+            return self
+        return dataclasses.replace(
+            self,
+            runs={k: v for k, v in self.runs.items() if k not in drop},
+            statements={k: v for k, v in self.statements.items() if k not in drop},
+            build_only={k: v for k, v in self.build_only.items() if k not in drop},
+        )
+
     def ran_any(self, prefix: str) -> frozenset[str]:
         """The cases that ran any function whose key starts with ``prefix`` (a file, a class, a directory)."""
         return frozenset().union(*(cases for key, cases in self.runs.items() if key.startswith(prefix)))

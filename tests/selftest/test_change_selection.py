@@ -708,3 +708,17 @@ def test_a_method_put_in_a_table_literal_is_a_new_method(tmp_path):
     }
     chosen = select_between(TABLE_FOOTPRINTS, _tree(tmp_path, "base", files), _tree(tmp_path, "head", head))
     assert (chosen.cases, chosen.new_methods, chosen.new_cases) == (("m/b/x", "m/c/x"), 1, True), chosen.reasons
+
+
+def test_a_function_the_change_adds_was_run_by_no_case_even_where_a_later_footprints_file_lists_it(tmp_path):
+    """A footprints file recorded after a change (the replay of history) lists the functions the change adds; on base
+    they did not exist, so no case ran them: what reads them (here the new import) selects nothing through them."""
+    base = {"ops.py": "def run(x):\n    return x\n"}
+    head = {"ops.py": "import math\n\n\ndef run(x):\n    return helper(x)\n\n\ndef helper(x):\n    return math.fabs(x)\n"}
+    footprints = Footprints(
+        ("m/a/x", "m/b/x"),
+        {"toy/ops.py::run": frozenset({"m/a/x"}), "toy/ops.py::helper": frozenset({"m/a/x", "m/b/x"})},
+    )
+    chosen = select_between(footprints, *_packages(tmp_path, base, head))
+    assert chosen.cases == ("m/a/x",), chosen.reasons
+    assert any("`import math`: the 0 case(s)" in reason for reason in chosen.reasons), chosen.reasons

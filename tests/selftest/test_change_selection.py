@@ -714,7 +714,8 @@ def test_a_function_the_change_adds_was_run_by_no_case_even_where_a_later_footpr
     """A footprints file recorded after a change (the replay of history) lists the functions the change adds; on base
     they did not exist, so no case ran them: what reads them (here the new import) selects nothing through them."""
     base = {"ops.py": "def run(x):\n    return x\n"}
-    head = {"ops.py": "import math\n\n\ndef run(x):\n    return helper(x)\n\n\ndef helper(x):\n    return math.fabs(x)\n"}
+    helper = "\n\n\ndef helper(x):\n    return math.fabs(x)\n"
+    head = {"ops.py": "import math\n\n\ndef run(x):\n    return helper(x)\n" + helper}
     footprints = Footprints(
         ("m/a/x", "m/b/x"),
         {"toy/ops.py::run": frozenset({"m/a/x"}), "toy/ops.py::helper": frozenset({"m/a/x", "m/b/x"})},

@@ -420,6 +420,7 @@ def case_audit(request: pytest.FixtureRequest, case: Any, compile_policy: Compil
             "footprint": _footprint(request.node),
             "footprint_lines": _footprint_lines(request.node),
             "footprint_build_only": _footprint_build_only(request.node),
+            "footprint_elsewhere": _footprint_elsewhere(request.node),
             "problems": request.node.stash.get(PROBLEMS, []),
             "raised": request.node.stash.get(RAISED, None),
             "error": request.node.stash.get(ERROR, None),
@@ -461,6 +462,11 @@ def _footprint_lines(item: pytest.Item) -> dict[str, list[int]]:
 def _footprint_build_only(item: pytest.Item) -> dict[str, list[str]]:
     recorder = item.stash.get(FOOTPRINT, None)
     return recorder.built_only() if recorder is not None else {}
+
+
+def _footprint_elsewhere(item: pytest.Item) -> bool:
+    recorder = item.stash.get(FOOTPRINT, None)
+    return recorder is not None and recorder.other_processes
 
 
 def _with_budget(audit: CaseAudit) -> dict[str, Any]:

@@ -38,7 +38,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from compile_audit.artifacts import code_changes, tables
+from compile_audit.artifacts import code_changes, package_inventory, tables
 from compile_audit.artifacts.code_changes import (
     FunctionChange,
     Module,
@@ -390,7 +390,8 @@ class _Rules:
         cases = self.cases_reading(callers, {qualname})
         for caller in callers:
             if not self.footprints.ran(caller):
-                cases |= self.unrun(*caller.split("::", 1), depth=depth + 1)
+                above = self.unrun(*caller.split("::", 1), depth=depth + 1)
+                cases |= above & self.footprints.elsewhere if self.footprints.run_by_none(caller) else above
         return cases
 
     def function(self, change: FunctionChange) -> Pick:
@@ -404,6 +405,8 @@ class _Rules:
             cases = self.unrun(change.path, change.qualname)
             return Pick(cases, f"{label}: added: the {_count(cases)} that ran a function that names it")
         ran = self.footprints.ran(label)
+        if label in self.footprints.at_import:
+            return Pick(EVERYTHING, f"{label}: {change.kind}, runs while the package is imported: every case")
         if change.cached:
             cases = ran | self.unrun(change.path, change.qualname)
             return Pick(
@@ -423,6 +426,13 @@ class _Rules:
                 " every case",
             )
         cases = self.unrun(change.path, change.qualname)
+        if self.footprints.run_by_none(label):
+            cases &= self.footprints.elsewhere
+            return Pick(
+                cases,
+                f"{label}: {change.kind}, run by no recorded case nor at import, though the footprints know it: the"
+                f" {_count(cases)} that could reach it in processes of their own (ranks), which no footprint holds",
+            )
         where = f"ran {owner} (or a subclass) and code that names it" if owner else "ran code that names it"
         return Pick(cases, f"{label}: {change.kind}, run by no recorded case: the {_count(cases)} that {where}")
 
@@ -806,16 +816,20 @@ def _spelled_outside(package: str, libraries: tuple[str, ...]) -> frozenset[str]
 # ----------------------------------------------------------------------------- command line
 
 
-def _source_reader(root: Path | None, package: str) -> Callable[[str], str | None]:
-    """Reads ``peft/x.py`` from the folder holding the package (default: where it is installed, found without
-    importing it)."""
-    if root is None:
-        import importlib.util
+def _package_root(root: Path | None, package: str) -> Path:
+    """The folder holding the package (default: where it is installed, found without importing it)."""
+    if root is not None:
+        return root
+    import importlib.util
 
-        spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
-            raise FootprintsError(f"{package} is not installed here: pass --source (the folder holding {package}/)")
-        root = Path(next(iter(spec.submodule_search_locations))).parent
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FootprintsError(f"{package} is not installed here: pass --source (the folder holding {package}/)")
+    return Path(next(iter(spec.submodule_search_locations))).parent
+
+
+def _source_reader(root: Path, package: str) -> Callable[[str], str | None]:
+    """Reads ``peft/x.py`` from the folder holding the package."""
 
     def read(path: str) -> str | None:
         try:
@@ -837,12 +851,21 @@ def _record(reports: Sequence[Path], output: Path, source: Path | None = None) -
         path.split("/", 1)[0]
         for report in loaded
         for record in report.get("cases", [])
-        for path in (record.get("footprint_lines") or {})
+        for field in ("footprint", "footprint_lines")
+        for path in (record.get(field) or {})
     }
-    reader = _source_reader(source, packages.pop()) if len(packages) == 1 else None
-    new = from_reports(loaded, reader)
+    package = packages.pop() if len(packages) == 1 else None
+    lines = any(record.get("footprint_lines") for report in loaded for record in report.get("cases", []))
+    root = _package_root(source, package) if package and lines else None
+    new = from_reports(loaded, _source_reader(root, package) if root else None)
     if not new.cases:
         raise FootprintsError(f"{', '.join(map(str, reports))}: no case with a footprint")
+    try:
+        root = root or (_package_root(source, package) if package else None)
+    except FootprintsError as error:
+        print(f"note: no inventory of the package (a function no case ran stays unknown): {error}", file=sys.stderr)
+    if root and package:
+        new = _with_inventory(new, root, package)
     result = merged(load(output), new) if output.exists() else new
     write_text_atomic(output, result.to_json())
     print(
@@ -850,6 +873,49 @@ def _record(reports: Sequence[Path], output: Path, source: Path | None = None) -
         f" {len(result.statements)} of them narrowed to statements"
     )
     return 0
+
+
+def _with_inventory(footprints: Footprints, root: Path, package: str) -> Footprints:
+    """The footprints with what the package at ``root`` defines and runs at import (package_inventory)."""
+    defined = package_inventory.defined(root, package)
+    at_import, failed = package_inventory.run_at_import(root, package, defined)
+    for module in failed:
+        print(f"note: {module} did not import: what it runs at import is unknown", file=sys.stderr)
+    return dataclasses.replace(footprints, defined=defined, at_import=at_import)
+
+
+def _inventory(output: Path, source: Path | None) -> int:
+    footprints = load(output)
+    package = next(iter({key.split("/", 1)[0] for key in footprints.runs}), None)
+    if package is None:
+        raise FootprintsError(f"{output}: no function recorded, so no package to list")
+    root = _package_root(source, package)
+    recorded, here = footprints.versions.get(package), _installed_version(root, package)
+    if recorded and here != recorded:
+        raise FootprintsError(
+            f"{output}: recorded on {package} {recorded}, but {root / package} is {here or 'of no known version'}:"
+            f" list the version the cases ran (--source)"
+        )
+    result = _with_inventory(footprints, root, package)
+    write_text_atomic(output, result.to_json())
+    print(
+        f"{output}: {len(result.defined or ())} functions defined, {len(result.at_import)} run at import,"
+        f" {len(result.elsewhere)} case(s) with processes of their own"
+    )
+    return 0
+
+
+def _installed_version(root: Path, package: str) -> str | None:
+    """The version string a package's ``__init__.py`` binds, read from its source."""
+    match = re.search(r"^__version__\s*=\s*[\"']([^\"']+)[\"']", _text_of(root / package / "__init__.py"), re.M)
+    return match.group(1) if match else None
+
+
+def _text_of(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -863,6 +929,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     record.add_argument(
         "--source", type=Path, help="the folder holding the package the reports ran (default: where it is installed)"
     )
+    listing = commands.add_parser(
+        "inventory", help="what the recorded package defines and runs at import, into the footprints file"
+    )
+    listing.add_argument("--output", required=True, type=Path, help="the footprints file")
+    listing.add_argument(
+        "--source", type=Path, help="the folder holding the package the cases ran (default: where it is installed)"
+    )
     choose = commands.add_parser("select", help="what a change selects, as JSON (scripts/gate)")
     choose.add_argument("base", type=Path, help="the base side's package directory")
     choose.add_argument("head", type=Path, help="the head side's package directory")
@@ -873,6 +946,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             selection = select_between(load(args.footprints), args.base, args.head)
             print(json.dumps(dataclasses.asdict(selection)))
             return 0
+        if args.command == "inventory":
+            return _inventory(args.output, args.source)
         return _record(args.reports, args.output, args.source)
     except FootprintsError as error:
         print(f"error: {error}", file=sys.stderr)

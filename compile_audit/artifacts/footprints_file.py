@@ -35,6 +35,19 @@ what those cases compile only through what they built (a file without it: no cas
      "build_only": {
      "peft/peft_model.py::PeftModel.__init__": "0-1090,1200-2317",
      ...}
+
+What the package held when it was recorded, for a function no case ran (the file's ``package`` section, written by
+``change_selection record`` and ``change_selection inventory``): ``defined``, every function its files define, by
+file; ``at_import``, those that ran while it and its modules were imported (no case's footprint holds them); and
+``elsewhere``, the cases that ran code in processes of their own (ranks), which their footprints miss. A function
+``defined`` lists, that no case and no import ran, was run by none of the other cases (a file without ``defined``:
+unknown)::
+
+     "elsewhere": "2300-2317",
+     "at_import": ["peft/utils/peft_types.py::register_peft_method", ...],
+     "defined": {
+     "peft/config.py": ["PeftConfigMixin.__post_init__", ...],
+     ...}
 """
 
 from __future__ import annotations
@@ -71,6 +84,14 @@ class Footprints:
     statements: Mapping[str, Mapping[str, frozenset[str]]] = dataclasses.field(default_factory=dict)
     # function key -> the cases that ran it only before their first compile (while building their model)
     build_only: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    defined: frozenset[str] | None = None  # every function key the recorded package defines (None: unknown)
+    at_import: frozenset[str] = frozenset()  # the functions importing the package ran
+    elsewhere: frozenset[str] = frozenset()  # the cases whose footprints miss processes they started
+
+    def run_by_none(self, key: str) -> bool:
+        """Whether the file knows that no case ran the function: the package defined it, no recorded case ran it,
+        and importing the package did not (the cases in ``elsewhere`` aside)."""
+        return self.defined is not None and key in self.defined and key not in self.at_import and not self.ran(key)
 
     def ran_only_building(self, key: str) -> frozenset[str]:
         return self.build_only.get(key, frozenset())
@@ -105,11 +126,13 @@ class Footprints:
     def without(self, keys: Iterable[str]) -> Footprints:
         """These functions as run by no case: a footprints file recorded after a change (a replay of history) holds
         functions the change adds, which no case can have run on the side that lacks them."""
-        drop = set(keys) & (self.runs.keys() | self.statements.keys() | self.build_only.keys())
+        known = self.runs.keys() | self.statements.keys() | self.build_only.keys() | (self.defined or set())
+        drop = set(keys) & known
         if not drop:
             return self
         return dataclasses.replace(
             self,
+            defined=None if self.defined is None else self.defined - drop,
             runs={k: v for k, v in self.runs.items() if k not in drop},
             statements={k: v for k, v in self.statements.items() if k not in drop},
             build_only={k: v for k, v in self.build_only.items() if k not in drop},
@@ -164,8 +187,23 @@ class Footprints:
                 if cases
             ),
             "}",
-            "}",
         ]
+        if self.defined is not None:
+            by_file: dict[str, list[str]] = {}
+            for key in sorted(self.defined):
+                path, _, qualname = key.partition("::")
+                by_file.setdefault(path, []).append(qualname)
+            lines[-1] += ","
+            lines += [
+                f'"elsewhere": {json.dumps(_ranges(sorted(index[c] for c in self.elsewhere if c in index)))},',
+                '"at_import": [',
+                ",\n".join(json.dumps(key) for key in sorted(self.at_import)),
+                "],",
+                '"defined": {',
+                ",\n".join(f"{json.dumps(path)}: {json.dumps(names)}" for path, names in by_file.items()),
+                "}",
+            ]
+        lines.append("}")
         return "\n".join(lines) + "\n"
 
 
@@ -232,6 +270,17 @@ def load(path: Path) -> Footprints:
             build_only[key] = frozenset(cases[n] for n in _parse_ranges(str(text), len(cases))) & runs.get(key, set())
         except ValueError as error:
             raise FootprintsError(f"{path}: build_only of {key!r}: {error}") from None
+    defined = None
+    if data.get("defined") is not None:
+        try:
+            defined = frozenset(f"{p}::{q}" for p, names in data["defined"].items() for q in names)
+            at_import = frozenset(str(key) for key in data.get("at_import") or ())
+            elsewhere = frozenset(cases[n] for n in _parse_ranges(str(data.get("elsewhere") or ""), len(cases)))
+        except (AttributeError, TypeError, ValueError) as error:
+            raise FootprintsError(f"{path}: 'defined', 'at_import' or 'elsewhere': {error}") from None
+        return Footprints(
+            tuple(cases), runs, dict(data.get("versions") or {}), statements, build_only, defined, at_import, elsewhere
+        )
     return Footprints(tuple(cases), runs, dict(data.get("versions") or {}), statements, build_only)
 
 
@@ -243,6 +292,7 @@ def from_reports(reports: Iterable[Mapping[str, Any]], source: Callable[[str], s
     built: dict[str, set[str]] = {}
     lines: dict[str, dict[str, list[int]]] = {}
     versions: dict[str, str] = {}
+    elsewhere: set[str] = set()
     for report in reports:
         versions.update(report.get("versions") or {})
         for record in report.get("cases", []):
@@ -252,9 +302,11 @@ def from_reports(reports: Iterable[Mapping[str, Any]], source: Callable[[str], s
                 by_case[record["id"]] = keys
                 lines[record["id"]] = record.get("footprint_lines") or {}
                 built[record["id"]] = only_building(footprint, record.get("footprint_build_only") or {})
+                if record.get("footprint_elsewhere"):
+                    elsewhere.add(record["id"])
     order = sorted(by_case, key=_grouping)
     missed = statements_missed(by_case, lines, source) if source is not None and any(lines.values()) else None
-    return _from_cases(order, by_case, versions, missed, built)
+    return dataclasses.replace(_from_cases(order, by_case, versions, missed, built), elsewhere=frozenset(elsewhere))
 
 
 def statements_missed(
@@ -349,4 +401,7 @@ def merged(old: Footprints, new: Footprints) -> Footprints:
     missed.update(new.missed())
     built = {case: keys for case, keys in old.built_by_case().items() if case not in set(new.cases)}
     built.update(new.built_by_case())
-    return _from_cases(order, by_case, dict(new.versions) or dict(old.versions), missed, built)
+    merged_ = _from_cases(order, by_case, dict(new.versions) or dict(old.versions), missed, built)
+    package = new if new.defined is not None else old
+    elsewhere = (old.elsewhere - set(new.cases)) | new.elsewhere
+    return dataclasses.replace(merged_, defined=package.defined, at_import=package.at_import, elsewhere=elsewhere)

@@ -346,6 +346,7 @@ class CaseRecord(_Record):
     footprint: Mapping[str, Any] = _empty()  # file -> the functions of it the case ran
     footprint_lines: Mapping[str, Any] = _empty()  # file -> the lines the case ran
     footprint_build_only: Mapping[str, Any] = _empty()  # file -> the functions it ran only before its first compile
+    footprint_elsewhere: bool = False  # it ran code in processes it started (ranks), which its footprint misses
     problems: tuple[Problem, ...] = ()
     raised: str | None = None  # the type of the exception the test body raised
     error: str | None = None  # its message's first line
@@ -389,6 +390,7 @@ class CaseRecord(_Record):
             compile_seconds=field_value(data, "compile_seconds", where, float, 0.0),
             phases=phases,
             allowed_by_causes=records(data, "allowed_by_causes", where, AllowanceHeld),
+            footprint_elsewhere=field_value(data, "footprint_elsewhere", where, bool, False),
             **{
                 field: read_only_mapping(data, field, where)
                 for field in ("footprint", "footprint_lines", "footprint_build_only", "policy")

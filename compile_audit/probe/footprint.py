@@ -56,6 +56,12 @@ def mark_built() -> None:
         recorder.mark_built()
 
 
+def note_other_processes() -> None:
+    """The case starts processes of its own (ranks): what runs there is in no footprint, which the file then says."""
+    for recorder in _active:
+        recorder.other_processes = True
+
+
 def note_traced_code() -> None:
     """Called while Dynamo hands a graph to a backend: the code the current frame traced joins the footprint."""
     if not _active:
@@ -76,6 +82,7 @@ class FootprintRecorder:
     def __init__(self, packages: Sequence[str], lines: bool = False) -> None:
         self.packages = tuple(packages)
         self.codes: set[types.CodeType] = set()
+        self.other_processes = False  # the case ran code in processes it started, which no footprint holds
         self._profile = cProfile.Profile(builtins=False)  # C functions are no footprint
         self._stopped: dict[str, list[str]] | None = None
         self._built_at: dict[tuple[str, str], int] | None = None  # calls per function at the first compile

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from compile_audit.probe import footprint
 from compile_audit.probe.collector import freeze_survivors
 
 PEER_GRACE_S = 10.0  # after a rank failed, how long its peers get to fail or finish on their own
@@ -240,6 +241,7 @@ def launch(
     ``fn`` must be importable by name (forkserver and spawn pickle it). ``timeout``: seconds for all ranks together."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    footprint.note_other_processes()
     method = start_method or default_start_method()
     context = multiprocessing.get_context(method)
     if method == "forkserver":  # imported once by the server (when it starts), not once per rank

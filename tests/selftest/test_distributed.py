@@ -236,3 +236,20 @@ def test_each_rank_runs_under_its_cases_compile_policy(tmp_path):
         assert outcome.shipped["threads"] == policy.threads
         assert outcome.shipped["fake_tensor_cache_enabled"] == policy.dynamo["fake_tensor_cache_enabled"]
         assert outcome.shipped["policy"] == {"dynamo": dict(policy.dynamo), "threads": policy.threads, "dynamic": False}
+
+
+def do_nothing(shipped, rank, world_size):
+    shipped["rank"] = rank
+
+
+def test_a_case_that_starts_ranks_says_its_footprint_misses_them(tmp_path):
+    """What ranks run is in no footprint: the recorder active when they start says so, and the record carries it
+    (``footprint_elsewhere``), so that the selection never counts those cases out on a footprint alone."""
+    from compile_audit.probe.footprint import FootprintRecorder
+
+    with FootprintRecorder(["tests"]) as idle:
+        pass
+    with FootprintRecorder(["tests"]) as recorder:
+        outcomes = _launch(do_nothing, tmp_path=tmp_path)
+    assert [o.failure() for o in outcomes] == [None, None]
+    assert recorder.other_processes and not idle.other_processes

@@ -1,0 +1,129 @@
+"""What the recorded package held: every function its files define, those its import runs, and a function the
+footprints know no case and no import ran, which then selects only the cases whose ranks no footprint holds."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from compile_audit.artifacts import footprints_file, package_inventory
+from compile_audit.artifacts.change_selection import select_between
+from compile_audit.artifacts.footprints_file import Footprints
+
+pytestmark = pytest.mark.selftest
+
+INIT = "from .reg import register\n\nregister('toy')\n"
+REG = """def register(name):
+    return _check(name)
+
+
+def _check(name):
+    def inner():
+        return name
+    return inner()
+
+
+class Layer:
+    def forward(self, x):
+        return x
+
+    def rarely(self, x):
+        return -x
+"""
+OPS = """from .reg import Layer
+
+
+def run(x, odd=False):
+    return Layer().rarely(x) if odd else Layer().forward(x)
+"""
+
+
+def _package(root, files):
+    (root / "toy").mkdir(parents=True)
+    for name, text in files.items():
+        (root / "toy" / name).write_text(text)
+    return root / "toy"
+
+
+def test_the_inventory_lists_every_function_defined_and_those_importing_runs(tmp_path):
+    _package(tmp_path, {"__init__.py": INIT, "reg.py": REG, "ops.py": OPS})
+    defined = package_inventory.defined(tmp_path, "toy")
+    assert defined == {
+        "toy/reg.py::register",
+        "toy/reg.py::_check",
+        "toy/reg.py::_check.<locals>.inner",
+        "toy/reg.py::Layer.forward",
+        "toy/reg.py::Layer.rarely",
+        "toy/ops.py::run",
+    }
+    at_import, failed = package_inventory.run_at_import(tmp_path, "toy", defined)
+    assert at_import == {"toy/reg.py::register", "toy/reg.py::_check", "toy/reg.py::_check.<locals>.inner"}
+    assert failed == []
+
+
+def _footprints(**package):
+    return Footprints(
+        ("m/a/x", "m/b/ddp"),
+        {
+            "toy/ops.py::run": frozenset({"m/a/x", "m/b/ddp"}),
+            "toy/reg.py::Layer.forward": frozenset({"m/a/x", "m/b/ddp"}),
+        },
+        **package,
+    )
+
+
+def _changed(tmp_path, footprints, old, new):
+    files = {"__init__.py": INIT, "reg.py": REG, "ops.py": OPS}
+    base = _package(tmp_path / "base", files)
+    head = _package(tmp_path / "head", {**files, "reg.py": REG.replace(old, new)})
+    return select_between(footprints, base, head)
+
+
+def test_a_method_the_footprints_know_no_case_ran_selects_only_the_cases_whose_ranks_they_miss(tmp_path):
+    known = _footprints(
+        defined=frozenset(
+            {"toy/reg.py::register", "toy/reg.py::_check", "toy/reg.py::Layer.forward", "toy/reg.py::Layer.rarely"}
+            | {"toy/ops.py::run", "toy/reg.py::_check.<locals>.inner"}
+        ),
+        at_import=frozenset({"toy/reg.py::register", "toy/reg.py::_check"}),
+        elsewhere=frozenset({"m/b/ddp"}),
+    )
+    chosen = _changed(tmp_path / "known", known, "return -x", "return x * -1")
+    assert chosen.cases == ("m/b/ddp",), chosen.reasons
+    assert "run by no recorded case nor at import, though the footprints know it" in chosen.reasons[0]
+    # Without the inventory, a function no case ran may be one the footprints never saw: its callers' cases count.
+    unknown = _changed(tmp_path / "unknown", _footprints(), "return -x", "return x * -1")
+    assert unknown.cases == ("m/a/x", "m/b/ddp"), unknown.reasons
+
+
+def test_a_function_run_while_the_package_is_imported_selects_every_case(tmp_path):
+    footprints = _footprints(
+        defined=frozenset({"toy/reg.py::_check", "toy/reg.py::Layer.rarely"}),
+        at_import=frozenset({"toy/reg.py::_check"}),
+    )
+    chosen = _changed(tmp_path, footprints, "return inner()", "return inner() or name")
+    assert chosen.everything, chosen.reasons
+    assert "runs while the package is imported: every case" in chosen.reasons[0]
+
+
+def test_the_inventory_round_trips_through_the_footprints_file(tmp_path):
+    footprints = _footprints(
+        defined=frozenset({"toy/reg.py::_check", "toy/reg.py::Layer.rarely", "toy/ops.py::run"}),
+        at_import=frozenset({"toy/reg.py::_check"}),
+        elsewhere=frozenset({"m/b/ddp"}),
+    )
+    path = tmp_path / "footprints.json"
+    path.write_text(footprints.to_json())
+    loaded = footprints_file.load(path)
+    assert (loaded.defined, loaded.at_import, loaded.elsewhere) == (
+        footprints.defined,
+        footprints.at_import,
+        footprints.elsewhere,
+    )
+    assert loaded.run_by_none("toy/reg.py::Layer.rarely")
+    assert not loaded.run_by_none("toy/reg.py::_check") and not loaded.run_by_none("toy/ops.py::run")
+    assert not loaded.without({"toy/reg.py::Layer.rarely"}).run_by_none("toy/reg.py::Layer.rarely")
+    # A file recorded before the inventory knows no function as run by none.
+    path.write_text(dataclasses.replace(footprints, defined=None).to_json())
+    assert footprints_file.load(path).defined is None and not footprints_file.load(path).run_by_none("toy/ops.py::x")

@@ -148,7 +148,31 @@ class Readers:
             return False
         source, defining = imported[0], code_changes.dotted_module(defined_in)
         # A package above re-exports a name of a module base lacks only if its own (changed) code imports it.
-        return defining == source or (not self.is_added(defined_in) and defining.startswith(source + "."))
+        return defining == source or (
+            not self.is_added(defined_in)
+            and defining.startswith(source + ".")
+            and self._reexports(source, name, defining)
+        )
+
+    def _reexports(self, package: str, name: str, defining: str, depth: int = 0) -> bool:
+        """Whether the package's ``__init__`` (either version) can bind ``name`` to the one ``defining`` binds: a
+        from-import of it from there (or from a package between that does), a star import, a module ``__getattr__``,
+        or a version the selection has not parsed."""
+        versions = self.versions.get(f"{package.replace('.', '/')}/__init__.py")
+        if not versions or depth > 8:
+            return True
+        for module in versions:
+            imported = module.imports.get(name)
+            if "*" in module.imports or "__getattr__" in module.functions:
+                return True
+            if imported and imported[1] == name:
+                source = imported[0]
+                if source == defining:
+                    return True
+                below = defining.startswith(source + ".") and source != package
+                if below and self._reexports(source, name, defining, depth + 1):
+                    return True
+        return False
 
     def of_name(self, name: str, defined_in: str) -> set[str]:
         """Functions that read a module-level name: bare where it is visible; as an attribute or a string

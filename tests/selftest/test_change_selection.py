@@ -723,3 +723,31 @@ def test_a_function_the_change_adds_was_run_by_no_case_even_where_a_later_footpr
     chosen = select_between(footprints, *_packages(tmp_path, base, head))
     assert chosen.cases == ("m/a/x",), chosen.reasons
     assert any("`import math`: the 0 case(s)" in reason for reason in chosen.reasons), chosen.reasons
+
+
+@pytest.mark.parametrize(
+    "init, selected", [("from .constants import SHORT\n", ()), ("from .conv import *\n", ("m/a/x",))]
+)
+def test_a_name_a_module_imports_reaches_readers_through_a_package_above_only_if_the_package_reexports_it(
+    tmp_path, init, selected
+):
+    """``from toy.utils import SHORT`` reads what ``toy/utils/__init__.py`` binds: a module of that package that now
+    imports ``SHORT`` too changes it only where the package takes its names from that module (or all of them)."""
+    files = {
+        "utils/__init__.py": init,
+        "utils/constants.py": "SHORT = 'all'\n",
+        "utils/conv.py": "def convert(x):\n    return x\n",
+        "tuners.py": "from toy.utils import SHORT\n\n\ndef pick():\n    return SHORT\n",
+    }
+    head = {**files, "utils/conv.py": "from toy.utils.constants import SHORT\n\n\ndef convert(x):\n    return x\n"}
+    roots = []
+    for side, tree in (("base", files), ("head", head)):
+        root = tmp_path / side / "toy"
+        (root / "utils").mkdir(parents=True)
+        (root / "__init__.py").write_text("")
+        for name, text in tree.items():
+            (root / name).write_text(text)
+        roots.append(root)
+    footprints = Footprints(("m/a/x",), {"toy/tuners.py::pick": frozenset({"m/a/x"})})
+    chosen = select_between(footprints, *roots)
+    assert chosen.cases == selected, chosen.reasons

@@ -242,13 +242,24 @@ class Readers:
                 for m in versions
                 for s in m.statements
                 if s.kind != "import"  # binds a module-level name: no lookup on an instance
-                for word in _QUOTED.findall(s.dump)
+                for word in set(_QUOTED.findall(s.dump)) - s.binds  # what it binds it defines, not looks up
             }
         return name in self._body_words
+
+    def plain_class(self, path: str, qualname: str) -> bool:
+        """Whether the class and each of the package's classes it derives from is plain: its body binds attributes
+        and methods, nothing reads it as data (no decorator such as ``dataclass``, no enum, no metaclass)."""
+        return all(
+            (module := self.modules.get(p)) is not None and q not in module.special_classes
+            for p, q in {(path, qualname), *self.ancestors(path, qualname)}
+        )
 
     def of_attribute(self, name: str) -> set[str]:
         """Functions that read an attribute of that name on anything (a class attribute, a dataclass field)."""
         return self.by_attribute.get(name, set()) | self.by_string.get(name, set())
+
+    def of_attribute_any(self, names: Iterable[str]) -> set[str]:
+        return set().union(*(self.of_attribute(name) for name in names))
 
     def at_import_time(self, name: str, defined_in: str) -> list[tuple[str, code_changes.Statement]]:
         return [(path, s) for path, s in self.at_import.get(name, []) if self._sees(path, name, defined_in)]
@@ -430,7 +441,7 @@ class _Rules:
             return Pick(cases, f"{label}: added: the {_count(cases)} that ran a function that names it")
         ran = self.footprints.ran(label)
         if label in self.footprints.at_import:
-            return Pick(EVERYTHING, f"{label}: {change.kind}, runs while the package is imported: every case")
+            return self.run_at_import(change, label, ran)
         if change.cached:
             cases = ran | self.unrun(change.path, change.qualname)
             return Pick(
@@ -442,7 +453,7 @@ class _Rules:
         if ran:
             return self.building(Pick(ran, f"{label}: {change.kind}: run by {_count(ran)}"), label)
         at_import = self.readers.at_import_time(change.qualname, change.path) if owner is None else []
-        if at_import:
+        if at_import and not self.footprints.run_by_none(label):  # else, known not to run at import
             path, statement = at_import[0]
             return Pick(
                 EVERYTHING,
@@ -460,6 +471,26 @@ class _Rules:
         where = f"ran {owner} (or a subclass) and code that names it" if owner else "ran code that names it"
         return Pick(cases, f"{label}: {change.kind}, run by no recorded case: the {_count(cases)} that {where}")
 
+    def run_at_import(self, change: FunctionChange, label: str, ran: frozenset[str]) -> Pick:
+        """A function importing the package runs acts through the module-level statements that call it (what they
+        bind, or register), as if they changed, and in the cases that ran it; called from elsewhere (a function
+        those statements call), on every case."""
+        owner = self.readers.enclosing_class(change.path, change.qualname)
+        found = self.readers.at_import_time(change.qualname, change.path) if owner is None else []
+        calling = list({(path, statement.dump): (path, statement) for path, statement in found}.values())
+        if not calling:
+            return Pick(EVERYTHING, f"{label}: {change.kind}, runs while the package is imported: every case")
+        picks = [self.statement(StatementChange(path, statement, "removed")) for path, statement in calling]
+        if any(pick.cases is EVERYTHING for pick in picks):
+            return Pick(EVERYTHING, f"{label}: {change.kind}, runs while the package is imported: every case")
+        cases = ran.union(*(pick.cases for pick in picks))
+        shown = "; ".join(f"`{statement.text}` ({path})" for path, statement in calling[:3])
+        return Pick(
+            cases,
+            f"{label}: {change.kind}, runs while the package is imported, called by {len(calling)} module-level"
+            f" statement(s) ({shown}): the {_count(cases)} that ran it or read what those statements bind",
+        )
+
     def added_method(self, label: str, path: str, owner: str, name: str) -> Pick:
         """A method added to a class: where its instances can be (the cases that ran the class or a subclass), it
         changes what a lookup of its name finds. Where nothing outside the package can look the name up (no outside
@@ -468,20 +499,45 @@ class _Rules:
         ancestor's)."""
         cases = self.class_cases(path, owner)
         whole = f"{label}: added to {owner}: the {_count(cases)} that ran it or a subclass"
-        if name.startswith("__") and name.endswith("__"):
-            return Pick(cases, f"{whole} (Python calls it by protocol)")
-        if self.outside is None:
-            return Pick(cases, f"{whole} (the code outside the package is unknown here)")
-        if name in self.outside:
-            return Pick(cases, f"{whole} (code outside the package spells `{name}`)")
-        if self.readers.spelled_in_a_body(name):
-            return Pick(cases, f"{whole} (a class or module body spells `{name}`)")
+        why = self.looked_up_outside(name)
+        if why:
+            return Pick(cases, f"{whole} ({why})")
         overridden = self.cases_of(f"{p}::{q}.{name}" for p, q in self.readers.ancestors(path, owner))
         narrowed = cases & (self.cases_reading(self.readers.of_attribute(name), {name}) | overridden)
         return Pick(
             narrowed,
             f"{label}: added to {owner}, a name only the package spells: the {_count(narrowed)} that ran {owner} (or"
             " a subclass) and a statement naming it or an ancestor's method of that name",
+        )
+
+    def looked_up_outside(self, name: str) -> str | None:
+        """Why code this selection cannot read may look the attribute up by name, or None: Python does (a special
+        name), code outside the package spells it (or that code is unknown here), or a class or module body does."""
+        if name.startswith("__") and name.endswith("__"):
+            return "Python looks it up by protocol"
+        if self.outside is None:
+            return "the code outside the package is unknown here"
+        if name in self.outside:
+            return f"code outside the package spells `{name}`"
+        if self.readers.spelled_in_a_body(name):
+            return f"a class or module body spells `{name}`"
+        return None
+
+    def class_attribute(self, where: str, path: str, statement: code_changes.Statement, cases: frozenset[str]) -> Pick:
+        """A class attribute of a plain class (no dataclass, no enum) changes what a lookup of its name on the class
+        or its instances finds: where only the package looks it up, the cases of the class that ran a statement
+        naming it."""
+        owner = statement.scope
+        whole = f"{where}: the {_count(cases)} that ran {owner} or a subclass"
+        for name in sorted(statement.binds):
+            why = self.looked_up_outside(name)
+            if why:
+                return Pick(cases, f"{whole} ({why})")
+        narrowed = cases & self.cases_reading(self.readers.of_attribute_any(statement.binds), statement.binds)
+        return Pick(
+            narrowed,
+            f"{where}: an attribute of {owner}, a plain class, that only the package looks up: the {_count(narrowed)}"
+            f" that ran {owner} (or a subclass) and a statement naming {_names(statement.binds)}",
         )
 
     def building(self, pick: Pick, label: str) -> Pick:
@@ -534,6 +590,8 @@ class _Rules:
             if change.kind == "added":
                 members = self.cases_reading(self.readers.iterating({leaf}), {leaf})
             cases = self.class_cases(path, statement.scope) | members
+            if cases and statement.kind == "other" and self.readers.plain_class(path, statement.scope):
+                return self.class_attribute(where, path, statement, cases)
             if cases:
                 return Pick(cases, f"{where}: the {_count(cases)} that ran {statement.scope} or a subclass")
             readers = set().union(*(self.readers.of_attribute(n) for n in statement.binds))

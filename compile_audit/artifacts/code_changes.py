@@ -37,6 +37,10 @@ COMPILE_ONLY_TESTS = frozenset({"is_compiling", "is_dynamo_compiling", "is_expor
 PROCESS_CACHES = frozenset({"cache", "lru_cache"})
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _DEFINITIONS = (*_FUNCTIONS, ast.ClassDef)
+# Bases that turn a class body into data (members, fields), by their last name
+BODY_READING_BASES = frozenset(
+    {"Enum", "IntEnum", "StrEnum", "Flag", "IntFlag", "NamedTuple", "TypedDict", "BaseModel", "Structure", "Protocol"}
+)
 _COMPOUND = (ast.If, ast.Try, ast.With, ast.For, ast.While, *((ast.TryStar,) if hasattr(ast, "TryStar") else ()))
 
 
@@ -145,6 +149,9 @@ class Module:
     strings_read: Mapping[str, frozenset[str]]  # function qualname -> identifier-like strings (getattr(x, "name"))
     # local name -> (resolved source module, original name); for ``import a.b as c``: c -> ("a.b", "")
     imports: Mapping[str, tuple[str, str]]
+    # Classes whose body is more than attributes and methods: decorated (a dataclass), with a metaclass or another
+    # keyword, or deriving from a base that reads the body (an enum, a NamedTuple, a TypedDict) or no plain name
+    special_classes: frozenset[str] = frozenset()
 
     def imported_modules(self) -> set[str]:
         """What may be module objects here: each import's module, and each from-import's ``source.name``."""
@@ -195,6 +202,7 @@ def parse_module(path: str, source: str) -> Module:
         names_read={name: frozenset(ids[1]) for name, ids in builder.identifiers.items()},
         strings_read={name: frozenset(ids[2]) for name, ids in builder.identifiers.items()},
         imports=_from_imports(tree, path),
+        special_classes=frozenset(builder.special_classes),
     )
 
 
@@ -320,6 +328,7 @@ class _ModuleBuilder:
         self.functions: dict[str, FunctionDef] = {}
         self.statements: list[Statement] = []
         self.classes: dict[str, tuple[str, ...]] = {}
+        self.special_classes: set[str] = set()
         self.identifiers: dict[str, tuple[set[str], set[str], set[str]]] = {}
 
     def scope(self, body: list[ast.stmt], prefix: str, scope: str) -> None:
@@ -367,6 +376,10 @@ class _ModuleBuilder:
 
     def cls(self, node: ast.ClassDef, qualname: str, scope: str) -> None:
         self.classes[qualname] = _base_names(node)
+        written = [b for b in node.bases if not (isinstance(b, ast.Name | ast.Attribute) and _is_dotted(b))]
+        reading = any(name.rpartition(".")[2] in BODY_READING_BASES for name in self.classes[qualname])
+        if node.decorator_list or node.keywords or written or reading:
+            self.special_classes.add(qualname)
         header = copy.copy(node)
         header.body = []
         self.statement(header, scope, text_node=node)

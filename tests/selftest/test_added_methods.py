@@ -84,7 +84,7 @@ def test_a_namesake_in_an_unrelated_class_is_no_override(tmp_path):
     ("method", "outside", "why"),
     [
         ("extra_repr", frozenset({"extra_repr"}), "code outside the package spells `extra_repr`"),
-        ("__len__", frozenset(), "Python calls it by protocol"),
+        ("__len__", frozenset(), "Python looks it up by protocol"),
         ("unnamed_anywhere", None, "the code outside the package is unknown here"),
         ("listed", frozenset(), "a class or module body spells `listed`"),
     ],

@@ -127,3 +127,48 @@ def test_the_inventory_round_trips_through_the_footprints_file(tmp_path):
     # A file recorded before the inventory knows no function as run by none.
     path.write_text(dataclasses.replace(footprints, defined=None).to_json())
     assert footprints_file.load(path).defined is None and not footprints_file.load(path).run_by_none("toy/ops.py::x")
+
+
+PROBED = """def _probe():
+    return True
+
+
+def handler(x):
+    return x
+
+
+FLAG = _probe()
+HANDLERS = {"x": handler}
+
+
+def uses():
+    return FLAG
+"""
+
+
+def _probed(tmp_path, old, new, **package):
+    base = _package(tmp_path / "base", {"__init__.py": "", "probed.py": PROBED})
+    head = _package(tmp_path / "head", {"__init__.py": "", "probed.py": PROBED.replace(old, new)})
+    footprints = Footprints(
+        ("m/a/x", "m/b/x"), {"toy/probed.py::uses": frozenset({"m/a/x"}), "toy/ops.py::run": frozenset({"m/b/x"})}
+    )
+    return select_between(dataclasses.replace(footprints, **package), base, head)
+
+
+def test_a_function_a_module_body_calls_at_import_acts_through_what_that_statement_binds(tmp_path):
+    package = {"defined": frozenset({"toy/probed.py::_probe", "toy/probed.py::handler", "toy/probed.py::uses"})}
+    chosen = _probed(tmp_path, "return True", "return 1", at_import=frozenset({"toy/probed.py::_probe"}), **package)
+    assert chosen.cases == ("m/a/x",), chosen.reasons
+    assert "runs while the package is imported, called by 1 module-level statement(s)" in chosen.reasons[0]
+
+
+def test_a_function_a_module_body_only_names_runs_where_the_footprints_say(tmp_path):
+    """``HANDLERS = {"x": handler}`` names ``handler`` at import without calling it: where the footprints list
+    what ran at import, a change to it selects what they say (none here); without that list, every case."""
+    package = {"defined": frozenset({"toy/probed.py::_probe", "toy/probed.py::handler", "toy/probed.py::uses"})}
+    known = _probed(
+        tmp_path / "known", "return x", "return -x", at_import=frozenset({"toy/probed.py::_probe"}), **package
+    )
+    assert known.cases == () and not known.everything, known.reasons
+    unknown = _probed(tmp_path / "unknown", "return x", "return -x")
+    assert unknown.everything, unknown.reasons

@@ -102,19 +102,29 @@ def test_only_the_cases_of_the_class_are_narrowed_from(tmp_path):
     assert chosen.cases == (), chosen.reasons  # m/b/x looked the name up, but never held a Listed
 
 
-def test_the_words_outside_are_every_library_but_the_package_and_the_suite(tmp_path):
+def test_the_words_outside_are_the_lookups_of_every_library_but_the_package_and_of_the_suite(tmp_path):
+    """Outside code reaches a name on an object after a dot or in a string: a library's own definitions, bare names
+    and keyword arguments do not count, nor do the suite's comments, prose or tools."""
     site, suite = tmp_path / "site", tmp_path / "suite"
     for path, text in {
-        site / "torchlike" / "nn.py": "# extra_repr, in a library's comment, counts\n",
+        site / "torchlike" / "nn.py": (
+            "# self.extra_repr() in a library's comment counts\n"
+            "def defined_there(own_keyword=1):\n    return bare_name, hasattr(self, 'by_string')\n"
+        ),
         site / "toy" / "layer.py": "def only_in_the_package(): pass\n",
-        site / "toy-1.0.dist-info" / "hook.py": "inside_the_packages_metadata = 1\n",
-        suite / "conftest.py": "model.merge_adapter()  # only_in_a_comment\n",
-        suite / "zoo" / "scenario.py": "getattr(model, 'looked_up_by_string')\n",
-        suite / "gate_tools" / "tool.py": "never_in_a_case = 1\n",
+        site / "toy-1.0.dist-info" / "hook.py": "x.inside_the_packages_metadata = 1\n",
+        suite / "conftest.py": "model.merge_adapter()  # x.only_in_a_comment\n",
+        suite / "zoo" / "scenario.py": (
+            "getattr(model, 'looked_up_by_string')\nNOTE = 'prose naming some_method in passing'\n"
+            "def suite_definition(suite_keyword=1):\n    return suite_name\n"
+        ),
+        suite / "gate_tools" / "tool.py": "x.never_in_a_case = 1\n",
     }.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     words = spelled_outside("toy", ["torchlike"], sites=[site], suite=suite_files(suite))
-    assert {"extra_repr", "merge_adapter", "looked_up_by_string"} <= words
+    assert {"extra_repr", "by_string", "merge_adapter", "looked_up_by_string"} <= words
     assert not words & {"only_in_the_package", "inside_the_packages_metadata", "only_in_a_comment", "never_in_a_case"}
+    definitions = {"defined_there", "own_keyword", "bare_name", "some_method", "suite_definition", "suite_keyword"}
+    assert not words & (definitions | {"suite_name"}), words & (definitions | {"suite_name"})
     assert spelled_outside("toy", ["torchlike", "transformerslike"], sites=[site], suite=[]) is None

@@ -78,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     git = Git(args.repo)
     try:
         for commit in (c["commit"] for c in chosen if c["commit"] not in done):
-            parent, selection = commit_selection(git, footprints, commit, args.source_dir)
+            parent, selection, absent = commit_selection(git, footprints, commit, args.source_dir)
             if parent is None:
                 continue
-            cases = list(selection.build_only)
+            cases = [case for case in selection.build_only if case not in absent]
             with tempfile.TemporaryDirectory() as folder:
                 work = Path(folder)
                 sides = {}

@@ -11,6 +11,10 @@ the gate does: that costs a fingerprint run per side (``tests/build_costs.json``
 build). The replay cannot build a commit's sources by itself, so those cases count as run, unless
 ``--builds-compared FILE`` says which of them built the same on both sides of that commit
 (``{commit: {"same": [case, ...]}}``).
+
+The footprints are today's, so they hold cases of methods that came after an old commit. A case that ran code in a
+folder neither side of the commit has (a method's subpackage that did not exist yet) cannot be built on either side:
+it costs nothing there (``Replayed.absent`` counts them).
 """
 
 from __future__ import annotations
@@ -102,6 +106,7 @@ class Replayed:
     reasons: tuple[str, ...]
     build_only: int = 0  # cases reached only through code they ran while building: their builds are compared first
     builds_same: int = 0  # of those, the ones known to build the same on both sides (not run)
+    absent: int = 0  # selected cases of code neither side has (a later method's): they cannot run, and cost nothing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,18 +148,20 @@ def cost(
     builds: BuildCosts = BuildCosts(),
     same: frozenset[str] = frozenset(),
     new_method_cases: Sequence[str] | None = None,
+    absent: frozenset[str] = frozenset(),
 ) -> tuple[int, float]:
     """Cases and CPU-seconds of one side: the selected cases' durations, and for each method the change adds, the
     cases a new method gets (``new_method_cases``), priced as the matrix's methods' cases of those ids on average.
     The cases reached only while building cost their fingerprints, and run unless ``same`` says they built the
-    same."""
+    same. The ``absent`` cases (of code neither side has) cost nothing."""
     median = statistics.median(durations.values()) if durations else 0.0
     cases = footprints.cases if selection.everything else selection.cases
-    cases = [case for case in cases if case not in same]
+    cases = [case for case in cases if case not in same and case not in absent]
     per_method = method_costs(footprints, durations, new_method_cases)
     count = len(cases) + selection.new_methods * round(per_method[0])
     seconds = sum(durations.get(case, median) for case in cases) + selection.new_methods * per_method[1]
-    return count, round(seconds + builds.of(len(selection.build_only)), 1)
+    building = [case for case in selection.build_only if case not in absent]
+    return count, round(seconds + builds.of(len(building)), 1)
 
 
 def method_costs(
@@ -194,15 +201,24 @@ def new_method_cases(path: Path) -> list[str]:
 
 def commit_selection(
     git: Git, footprints: Footprints, commit: str, source_dir: str, cache: ModuleCache | None = None
-) -> tuple[str | None, Selection]:
-    """A commit's first parent (None for a root commit) and what the change from it selects."""
+) -> tuple[str | None, Selection, frozenset[str]]:
+    """A commit's first parent (None for a root commit), what the change from it selects, and the recorded cases
+    that ran code in a folder neither side has (they cannot run there)."""
     parents = git.run("rev-list", "--parents", "-n", "1", commit).split()[1:]
     base = git.python_files(parents[0], source_dir) if parents else {}
     head = git.python_files(commit, source_dir)
     changes, unparsable, readers = compare_sources(base, head, cache or ModuleCache())
     packages = {path.partition("/")[0] for path in (*base, *head)}
     outside = outside_of(footprints, packages.pop()) if len(packages) == 1 else None
-    return (parents[0] if parents else None), select(footprints, changes, readers, unparsable, outside)
+    selection = select(footprints, changes, readers, unparsable, outside)
+    return (parents[0] if parents else None), selection, absent_cases(footprints, {*base, *head})
+
+
+def absent_cases(footprints: Footprints, paths: set[str]) -> frozenset[str]:
+    """The cases that ran a function in a folder none of ``paths`` is in."""
+    folders = {path.rpartition("/")[0] for path in paths}
+    missing = {key.partition("::")[0].rpartition("/")[0] for key in footprints.runs} - folders
+    return frozenset().union(*(footprints.ran_any(f"{folder}/") for folder in missing))
 
 
 def replay(
@@ -220,9 +236,9 @@ def replay(
     results = []
     for line in log.splitlines():
         commit, subject = line.split("\t", 1)
-        selection = commit_selection(git, footprints, commit, source_dir, cache)[1]
+        _, selection, absent = commit_selection(git, footprints, commit, source_dir, cache)
         same = (compared or {}).get(commit, frozenset()) & frozenset(selection.build_only)
-        count, seconds = cost(selection, footprints, durations, builds, same, new_cases)
+        count, seconds = cost(selection, footprints, durations, builds, same, new_cases, absent)
         results.append(
             Replayed(
                 commit,
@@ -235,6 +251,7 @@ def replay(
                 selection.reasons,
                 len(selection.build_only),
                 len(same),
+                len(absent & (set(footprints.cases) if selection.everything else set(selection.cases))),
             )
         )
     return results
@@ -263,6 +280,8 @@ def summary(results: Sequence[Replayed], full_matrix_seconds: float) -> list[str
         " methods on average)",
         f"no case at all: {sum(r.cases == 0 for r in results)} commits; of them, {len(still)} change no executed code"
         f" ({sum(r.cases > 0 for r in still)} of those select a case)",
+        f"of code neither side has (a later method's): {sum(r.absent for r in results)} selected cases over"
+        f" {sum(bool(r.absent) for r in results)} commits, which cannot run there and cost nothing",
         f"reached only while building: {len(building)} commits, {sum(r.build_only for r in building)} cases (each"
         f" side fingerprints them); known to build the same: {sum(r.builds_same for r in building)} cases, not run;"
         " the others count as run",

@@ -107,3 +107,25 @@ def test_a_new_method_is_priced_as_the_same_cases_of_the_matrix_s_methods_on_ave
     path.write_text(json.dumps({"cases": ["m/a/x"]}))
     with pytest.raises(history_replay.FootprintsError, match=r"new\.json: .*\{method\}"):
         history_replay.new_method_cases(path)
+
+
+def test_a_case_of_code_neither_side_has_costs_nothing(tmp_path):
+    """Today's footprints hold the cases of a method that came after an old commit: they ran a folder neither side
+    of that commit has, cannot run there, and cost nothing; a case of a folder one side has still counts."""
+    args = _history(tmp_path)
+    footprints = Footprints(
+        ("m/a/x", "m/b/x", "later/a/x"),
+        {
+            "toy/layer.py::forward": frozenset({"m/a/x", "m/b/x", "later/a/x"}),
+            "toy/layer.py::merge": frozenset({"m/b/x"}),
+            "toy/later/model.py::forward": frozenset({"later/a/x"}),
+        },
+    )
+    (tmp_path / "footprints.json").write_text(footprints.to_json())
+    durations = json.loads((tmp_path / "durations.json").read_text())
+    durations["tests/test_x.py::test_x[later/a/x]"] = 50.0
+    (tmp_path / "durations.json").write_text(json.dumps(durations))
+    assert history_replay.main(args) == 0
+    forward = {c["subject"]: c for c in json.loads((tmp_path / "replay.json").read_text())["commits"]}["FIX forward"]
+    assert (forward["cases"], forward["cpu_seconds"], forward["absent"]) == (2, 30.0, 1)
+    assert history_replay.absent_cases(footprints, {"toy/later/model.py", "toy/layer.py"}) == frozenset()

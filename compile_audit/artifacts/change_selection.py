@@ -38,7 +38,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from compile_audit.artifacts import code_changes, package_inventory, tables
+from compile_audit.artifacts import code_changes, footprints_record, tables
 from compile_audit.artifacts.code_changes import (
     FunctionChange,
     Module,
@@ -46,9 +46,8 @@ from compile_audit.artifacts.code_changes import (
     StatementChange,
     UnparsableSource,
 )
-from compile_audit.artifacts.footprints_file import Footprints, FootprintsError, from_reports, load, merged
+from compile_audit.artifacts.footprints_file import Footprints, FootprintsError, load
 from compile_audit.artifacts.outside_names import spelled_outside
-from compile_audit.files import write_text_atomic
 
 EVERYTHING = None  # a pick that selects every case
 CALLER_DEPTH = 3  # how far up the callers of a function that no case ran the selection looks
@@ -484,6 +483,8 @@ class _Rules:
         if any(pick.cases is EVERYTHING for pick in picks):
             return Pick(EVERYTHING, f"{label}: {change.kind}, runs while the package is imported: every case")
         cases = ran.union(*(pick.cases for pick in picks))
+        if change.cached:  # what importing computed is what later callers get
+            cases |= self.unrun(change.path, change.qualname)
         shown = "; ".join(f"`{statement.text}` ({path})" for path, statement in calling[:3])
         return Pick(
             cases,
@@ -898,108 +899,6 @@ def _spelled_outside(package: str, libraries: tuple[str, ...]) -> frozenset[str]
 # ----------------------------------------------------------------------------- command line
 
 
-def _package_root(root: Path | None, package: str) -> Path:
-    """The folder holding the package (default: where it is installed, found without importing it)."""
-    if root is not None:
-        return root
-    import importlib.util
-
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise FootprintsError(f"{package} is not installed here: pass --source (the folder holding {package}/)")
-    return Path(next(iter(spec.submodule_search_locations))).parent
-
-
-def _source_reader(root: Path, package: str) -> Callable[[str], str | None]:
-    """Reads ``peft/x.py`` from the folder holding the package."""
-
-    def read(path: str) -> str | None:
-        try:
-            return (root / path).read_text(encoding="utf-8")
-        except OSError:
-            return None
-
-    return read
-
-
-def _record(reports: Sequence[Path], output: Path, source: Path | None = None) -> int:
-    loaded = []
-    for path in reports:
-        try:
-            loaded.append(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, json.JSONDecodeError) as error:
-            raise FootprintsError(f"{path}: unreadable compile report: {error}") from None
-    packages = {
-        path.split("/", 1)[0]
-        for report in loaded
-        for record in report.get("cases", [])
-        for field in ("footprint", "footprint_lines")
-        for path in (record.get(field) or {})
-    }
-    package = packages.pop() if len(packages) == 1 else None
-    lines = any(record.get("footprint_lines") for report in loaded for record in report.get("cases", []))
-    root = _package_root(source, package) if package and lines else None
-    new = from_reports(loaded, _source_reader(root, package) if root else None)
-    if not new.cases:
-        raise FootprintsError(f"{', '.join(map(str, reports))}: no case with a footprint")
-    try:
-        root = root or (_package_root(source, package) if package else None)
-    except FootprintsError as error:
-        print(f"note: no inventory of the package (a function no case ran stays unknown): {error}", file=sys.stderr)
-    if root and package:
-        new = _with_inventory(new, root, package)
-    result = merged(load(output), new) if output.exists() else new
-    write_text_atomic(output, result.to_json())
-    print(
-        f"{output}: {len(new.cases)} case(s) recorded, {len(result.cases)} in all, {len(result.runs)} functions,"
-        f" {len(result.statements)} of them narrowed to statements"
-    )
-    return 0
-
-
-def _with_inventory(footprints: Footprints, root: Path, package: str) -> Footprints:
-    """The footprints with what the package at ``root`` defines and runs at import (package_inventory)."""
-    defined = package_inventory.defined(root, package)
-    at_import, failed = package_inventory.run_at_import(root, package, defined)
-    for module in failed:
-        print(f"note: {module} did not import: what it runs at import is unknown", file=sys.stderr)
-    return dataclasses.replace(footprints, defined=defined, at_import=at_import)
-
-
-def _inventory(output: Path, source: Path | None) -> int:
-    footprints = load(output)
-    package = next(iter({key.split("/", 1)[0] for key in footprints.runs}), None)
-    if package is None:
-        raise FootprintsError(f"{output}: no function recorded, so no package to list")
-    root = _package_root(source, package)
-    recorded, here = footprints.versions.get(package), _installed_version(root, package)
-    if recorded and here != recorded:
-        raise FootprintsError(
-            f"{output}: recorded on {package} {recorded}, but {root / package} is {here or 'of no known version'}:"
-            f" list the version the cases ran (--source)"
-        )
-    result = _with_inventory(footprints, root, package)
-    write_text_atomic(output, result.to_json())
-    print(
-        f"{output}: {len(result.defined or ())} functions defined, {len(result.at_import)} run at import,"
-        f" {len(result.elsewhere)} case(s) with processes of their own"
-    )
-    return 0
-
-
-def _installed_version(root: Path, package: str) -> str | None:
-    """The version string a package's ``__init__.py`` binds, read from its source."""
-    match = re.search(r"^__version__\s*=\s*[\"']([^\"']+)[\"']", _text_of(root / package / "__init__.py"), re.M)
-    return match.group(1) if match else None
-
-
-def _text_of(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        return ""
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m compile_audit.artifacts.change_selection", description=__doc__.split("\n")[0]
@@ -1029,8 +928,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(dataclasses.asdict(selection)))
             return 0
         if args.command == "inventory":
-            return _inventory(args.output, args.source)
-        return _record(args.reports, args.output, args.source)
+            return footprints_record.inventory(args.output, args.source)
+        return footprints_record.record(args.reports, args.output, args.source)
     except FootprintsError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -172,3 +172,20 @@ def test_a_function_a_module_body_only_names_runs_where_the_footprints_say(tmp_p
     assert known.cases == () and not known.everything, known.reasons
     unknown = _probed(tmp_path / "unknown", "return x", "return -x")
     assert unknown.everything, unknown.reasons
+
+
+def test_a_cached_function_run_at_import_reaches_the_cases_of_its_later_callers(tmp_path):
+    """Importing computed and cached its value: a case that calls it later gets that value, changed or not."""
+    cached = "import functools\n\n\n@functools.cache\ndef _probe():\n    return True\n\n\n"
+    cached += "def later():\n    return _probe()\n"
+    text = cached + PROBED.split("\n\n\n", 1)[1]
+    base = _package(tmp_path / "base", {"__init__.py": "", "probed.py": text})
+    head = _package(tmp_path / "head", {"__init__.py": "", "probed.py": text.replace("return True", "return 1")})
+    footprints = Footprints(
+        ("m/a/x", "m/b/x", "m/c/x"),
+        {"toy/probed.py::uses": frozenset({"m/a/x"}), "toy/probed.py::later": frozenset({"m/b/x"})},
+        defined=frozenset({"toy/probed.py::_probe", "toy/probed.py::later", "toy/probed.py::uses"}),
+        at_import=frozenset({"toy/probed.py::_probe"}),
+    )
+    chosen = select_between(footprints, base, head)
+    assert chosen.cases == ("m/a/x", "m/b/x"), chosen.reasons

@@ -601,6 +601,7 @@ class Chosen:
     listed: tuple[str, ...] = ()  # the cases the listing (--cases=FILE) holds
     build_only: tuple[str, ...] = ()  # of those, the ones to compare builds of before running them
     tables_gaining: tuple[str, ...] = ()  # the tables the change adds keys to (Selection.tables_gaining)
+    names_rebound: tuple[str, ...] = ()  # module-level names the change binds anew (Selection.names_rebound)
 
 
 def choose_selection(opts: Options, sources: tuple[Path, Path] | None) -> Chosen:
@@ -676,6 +677,7 @@ def _selection_by_change(opts: Options, base_source: Path, head_source: Path) ->
         listed,
         selection.build_only,
         selection.tables_gaining,
+        selection.names_rebound,
     )
 
 
@@ -696,14 +698,14 @@ def compare_builds(shell: Shell, sides: tuple[Side, Side], snapshot: Path, opts:
             found.append(builds_file.read(path) if status == 0 else {})
         except ValueError:
             found.append({})
-    same, run = builds_file.compare(chosen.build_only, *found, chosen.tables_gaining)
+    same, run = builds_file.compare(chosen.build_only, *found, chosen.tables_gaining, chosen.names_rebound)
     gained = [case for case in same if not builds_file.same_build(found[0].get(case), found[1].get(case))]
     lines = [f"builds compared for {len(chosen.build_only)} case(s): {len(same)} built the same (not run)"]
     if gained:
         lines[0] += (
             f", {len(gained)} of them but for what the change adds (keys of"
-            f" {', '.join(chosen.tables_gaining) or 'no table'}, names base did not bind), whose readers the"
-            " selection selects on its own"
+            f" {', '.join(chosen.tables_gaining) or 'no table'}, names base did not bind or the change binds anew),"
+            " whose readers the selection selects on its own"
         )
     lines += [f"  runs: {case}: {why}" for case, why in sorted(run.items())[:20]]
     lines += [f"  ... {len(run) - 20} more (see {shown(opts.out / 'build-cases.txt')})"] if len(run) > 20 else []

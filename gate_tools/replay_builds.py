@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
                 for name, tree in (("base", parent), ("head", commit)):
                     (work / name).mkdir()
                     sides[name] = fingerprint(export(git, tree, args.source_dir, work / name), cases, work, name)
-            same, differ = builds_file.compare(cases, sides["base"][0], sides["head"][0], selection.tables_gaining)
+            same, differ = builds_file.compare(
+                cases, sides["base"][0], sides["head"][0], selection.tables_gaining, selection.names_rebound
+            )
             seconds = {name: found[1] for name, found in sides.items()}
             done[commit] = {"same": same, "differ": differ, "seconds": seconds}
             write_text_atomic(args.output, json.dumps(done, indent=1, sort_keys=True) + "\n")

@@ -82,19 +82,22 @@ def differences(base: dict[str, Any], head: dict[str, Any], limit: int = 3) -> l
     return found[:limit] or ([] if base["digest"] == head["digest"] else ["the digests differ"])
 
 
-def only_gained(base: Mapping[str, Any], head: Mapping[str, Any], gaining: Iterable[str]) -> bool:
+def only_gained(
+    base: Mapping[str, Any], head: Mapping[str, Any], gaining: Iterable[str], rebound: Iterable[str] = ()
+) -> bool:
     """The builds differ only in what the change adds: keys of the tables ``gaining`` names (by their own name,
-    ``PEFT_TYPE_TO_CONFIG_MAPPING``), each of which kept every entry of base's, and module-level names base did not
-    bind (a new method's target-module table). The selection selects the code going over those tables and the
-    readers of those names on its own."""
-    gaining = set(gaining)
+    ``PEFT_TYPE_TO_CONFIG_MAPPING``), each of which kept every entry of base's, module-level names base did not
+    bind (a new method's target-module table), and the values of the names the change's own statements bind
+    (``rebound``, dotted: an import now taken from another module). The selection selects the code going over those
+    tables and the readers of those names on its own."""
+    gaining, rebound = set(gaining), set(rebound)
     old, new = base.get("package_values", {}), head.get("package_values", {})
     differing = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
     if not differing or base.get("modules") != head.get("modules"):
         return False
     old_entries, new_entries = base.get("package_entries") or {}, head.get("package_entries") or {}
     for name in differing:
-        if name not in old:
+        if name not in old or name in rebound:
             continue  # bound by the change
         if name.rpartition(".")[2] not in gaining or name not in old_entries or name not in new_entries:
             return False
@@ -109,16 +112,18 @@ def compare(
     base: Mapping[str, Mapping[str, Any]],
     head: Mapping[str, Mapping[str, Any]],
     gaining: Iterable[str] = (),
+    rebound: Iterable[str] = (),
 ) -> tuple[list[str], dict[str, str]]:
     """The cases that built the same on both sides, and for every other one why it must run: what differs, or
     which side has no fingerprint. ``gaining``: the tables the change adds keys to (``Selection.tables_gaining``);
-    a build that differs only by their new keys is the same build."""
+    ``rebound``: the module-level names its statements bind (``Selection.names_rebound``); a build that differs
+    only by their new keys, or those names' values, is the same build."""
     same, run = [], {}
-    gaining = tuple(gaining)
+    gaining, rebound = tuple(gaining), tuple(rebound)
     for case in cases:
         old, new = base.get(case), head.get(case)
         if same_build(old, new) or (
-            old and new and "digest" in old and "digest" in new and only_gained(old, new, gaining)
+            old and new and "digest" in old and "digest" in new and only_gained(old, new, gaining, rebound)
         ):
             same.append(case)
         elif not old or "digest" not in old or not new or "digest" not in new:

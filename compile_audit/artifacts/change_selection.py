@@ -72,6 +72,9 @@ class Selection:
     # The tables (by their own name) the change adds keys to: a build that differs only by those keys builds the same
     # (compile_audit.artifacts.builds_file.only_gained); the code going over them is selected on its own.
     tables_gaining: tuple[str, ...] = ()
+    # Module-level names the change's own statements bind anew (``module.NAME``), and those computed from them at
+    # import: their readers are selected on their own, so a build that differs by their values alone builds the same.
+    names_rebound: tuple[str, ...] = ()
 
     @property
     def nothing_executes_differently(self) -> bool:
@@ -751,6 +754,19 @@ class _Rules:
             kept.append(dataclasses.replace(pick, cases=left, reason=reason, building=pick.building - every))
         return kept
 
+    def rebound(self, changes: Sequence[ModuleChanges]) -> tuple[str, ...]:
+        """The module-level names the change's statements bind (added, removed or edited), and those module-level
+        code computes from them, dotted (``peft.utils.save_and_load.PEFT_TYPE_TO_PREFIX_MAPPING``)."""
+        found = set()
+        for module in changes:
+            for change in module.statements:
+                if change.statement.scope or not change.statement.binds:
+                    continue
+                for path, scope, name in self.computed_from(module.path, set(change.statement.binds)):
+                    if not scope:
+                        found.add(f"{code_changes.dotted_module(path)}.{name}")
+        return tuple(sorted(found))
+
     def computed_from(self, path: str, names: set[str]) -> set[tuple[str, str, str]]:
         """The names, and those that module-level or class-body code computes from them at import (transitively),
         each with the module that binds it and its class ("" for the module)."""
@@ -804,6 +820,7 @@ def select(
         new_methods=0 if everything else new_methods,
         build_only=() if everything else tuple(sorted(cases - firm)),
         tables_gaining=tuple(sorted(set().union(*(pick.gains for pick in picks)))),
+        names_rebound=() if everything else rules.rebound(changes),
     )
 
 

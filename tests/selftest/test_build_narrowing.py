@@ -311,3 +311,27 @@ def test_a_method_bound_over_a_partial_reads_the_same_in_two_builds():
         return builds.describe(layer.extra_repr)
 
     assert described() == described()
+
+
+def test_a_name_the_change_binds_anew_differs_alone_and_builds_the_same(tmp_path):
+    """The change's own statement rebinds ``TABLE`` (an import now taken from another module): its readers are
+    selected on their own, so a build that differs by its value alone builds the same; by anything else, not."""
+    base = _fingerprint(tmp_path, "base")
+    rebound = _fingerprint(tmp_path, "head", extra="globals()['TABLE'] = {'llama': ['q']}")
+    both = _fingerprint(tmp_path, "both", extra="globals()['TABLE'] = {'llama': ['q']}; model[1].scaling = 0.5")
+    assert builds_file.compare(["m/a/train"], {"m/a/train": base}, {"m/a/train": rebound}, (), ("toybuild.TABLE",))[0]
+    assert not builds_file.compare(["m/a/train"], {"m/a/train": base}, {"m/a/train": both}, (), ("toybuild.TABLE",))[0]
+
+
+def test_the_selection_names_the_module_level_names_a_change_binds_anew(tmp_path):
+    roots = []
+    for side, source in (("base", "constants"), ("head", "other")):
+        root = tmp_path / side / "toy"
+        root.mkdir(parents=True)
+        (root / "__init__.py").write_text("")
+        (root / "constants.py").write_text("TABLE = {'a': 1}\n")
+        (root / "other.py").write_text("TABLE = {'a': 1}\n")
+        (root / "save.py").write_text(f"from .{source} import TABLE\n\nCOPY = dict(TABLE)\n")
+        roots.append(root)
+    chosen = select_between(footprints_file.Footprints(("m/a/x",), {}), *roots)
+    assert chosen.names_rebound == ("toy.save.COPY", "toy.save.TABLE"), chosen.reasons

@@ -40,18 +40,23 @@ FOOTPRINTS = Footprints(
 )
 
 
-def _selection(tmp_path, method: str, cls: str = "Layer", outside: frozenset[str] | None = frozenset()):
-    header = next(line for line in BASE["layer.py"].splitlines() if line.startswith(f"class {cls}"))
-    head = BASE["layer.py"].replace(f"{header}\n", f"{header}\n    def {method}(self):\n        return 0\n\n", 1)
+def layer_change(tmp_path, base: str, head: str, footprints: Footprints, outside: frozenset[str] | None):
+    """What changing ``toy/layer.py`` from ``base`` to ``head`` selects, with these outside words."""
     roots = []
-    for side, text in (("base", BASE["layer.py"]), ("head", head)):
+    for side, text in (("base", base), ("head", head)):
         root = tmp_path / side / "toy"
         root.mkdir(parents=True)
         (root / "__init__.py").write_text("")
         (root / "layer.py").write_text(text)
         roots.append(root)
     changes, unparsable, readers = compare_sources(package_files(roots[0]), package_files(roots[1]))
-    return select(FOOTPRINTS, changes, readers, unparsable, outside)
+    return select(footprints, changes, readers, unparsable, outside)
+
+
+def _selection(tmp_path, method: str, cls: str = "Layer", outside: frozenset[str] | None = frozenset()):
+    header = next(line for line in BASE["layer.py"].splitlines() if line.startswith(f"class {cls}"))
+    head = BASE["layer.py"].replace(f"{header}\n", f"{header}\n    def {method}(self):\n        return 0\n\n", 1)
+    return layer_change(tmp_path, BASE["layer.py"], head, FOOTPRINTS, outside)
 
 
 def test_a_method_no_code_names_selects_no_case(tmp_path):

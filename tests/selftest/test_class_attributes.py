@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from compile_audit.artifacts.change_selection import compare_sources, package_files, select
 from compile_audit.artifacts.footprints_file import Footprints
+from tests.selftest.test_added_methods import layer_change
 
 pytestmark = pytest.mark.selftest
 
@@ -66,15 +66,7 @@ def _selection(tmp_path, cls: str, old: str, new: str, outside: frozenset[str] |
     at = LAYER.index(header)
     head = LAYER[:at] + LAYER[at:].replace(old, new, 1)
     assert head != LAYER
-    roots = []
-    for side, text in (("base", LAYER), ("head", head)):
-        root = tmp_path / side / "toy"
-        root.mkdir(parents=True)
-        (root / "__init__.py").write_text("")
-        (root / "layer.py").write_text(text)
-        roots.append(root)
-    changes, unparsable, readers = compare_sources(package_files(roots[0]), package_files(roots[1]))
-    return select(_footprints(cls), changes, readers, unparsable, outside)
+    return layer_change(tmp_path, LAYER, head, _footprints(cls), outside)
 
 
 def test_a_changed_attribute_of_a_plain_class_selects_the_cases_that_read_it(tmp_path):

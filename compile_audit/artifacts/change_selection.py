@@ -196,7 +196,11 @@ class _Rules:
             if change.qualname in MODULE_HOOKS and len(self.readers.versions.get(change.path, ())) == 2:
                 return Pick(EVERYTHING, f"{label}: added: Python calls it for any missing attribute of the module")
             cases = self.unrun(change.path, change.qualname)
-            return Pick(cases, f"{label}: added: the {_count(cases)} that ran a function that names it")
+            pick = Pick(cases, f"{label}: added: the {_count(cases)} that ran a function that names it")
+            callers = self.readers.of_name(change.qualname, change.path) if "<locals>" not in change.qualname else ()
+            if callers and all(self.footprints.ran(caller) for caller in callers):  # no caller's callers joined
+                return self.marked(pick, self.read_only_building(callers, {change.qualname}, cases))
+            return pick
         ran = self.footprints.ran(label)
         if label in self.footprints.at_import:
             return self.run_at_import(change, label, ran)
@@ -262,13 +266,15 @@ class _Rules:
         why = self.looked_up_outside(name)
         if why:
             return Pick(cases, f"{whole} ({why})")
-        overridden = self.cases_of(f"{p}::{q}.{name}" for p, q in self.readers.ancestors(path, owner))
-        narrowed = cases & (self.cases_reading(self.readers.of_attribute(name), {name}) | overridden)
-        return Pick(
+        ancestors = [f"{p}::{q}.{name}" for p, q in self.readers.ancestors(path, owner)]
+        readers = self.readers.of_attribute(name)
+        narrowed = cases & (self.cases_reading(readers, {name}) | self.cases_of(ancestors))
+        pick = Pick(
             narrowed,
             f"{label}: added to {owner}, a name only the package spells: the {_count(narrowed)} that ran {owner} (or"
             " a subclass) and a statement naming it or an ancestor's method of that name",
         )
+        return self.marked(pick, self.read_only_building(readers, {name}, narrowed, ancestors))
 
     def looked_up_outside(self, name: str) -> str | None:
         """Why code this selection cannot read may look the attribute up by name, or None: Python does (a special
@@ -293,21 +299,38 @@ class _Rules:
             why = self.looked_up_outside(name)
             if why:
                 return Pick(cases, f"{whole} ({why})")
-        narrowed = cases & self.cases_reading(self.readers.of_attribute_any(statement.binds), statement.binds)
-        return Pick(
+        readers = self.readers.of_attribute_any(statement.binds)
+        narrowed = cases & self.cases_reading(readers, statement.binds)
+        pick = Pick(
             narrowed,
             f"{where}: an attribute of {owner}, a plain class, that only the package looks up: the {_count(narrowed)}"
             f" that ran {owner} (or a subclass) and a statement naming {_names(statement.binds)}",
         )
+        return self.marked(pick, self.read_only_building(readers, statement.binds, narrowed))
 
     def building(self, pick: Pick, label: str) -> Pick:
         """The pick's cases that ran the function only while building their model are marked as such."""
         assert pick.cases is not EVERYTHING
-        building = pick.cases & self.footprints.ran_only_building(label)
+        return self.marked(pick, pick.cases & self.footprints.ran_only_building(label))
+
+    def marked(self, pick: Pick, building: frozenset[str]) -> Pick:
+        """The pick with these of its cases reached only while building their model."""
         if not building:
             return pick
         reason = f"{pick.reason} ({len(building)} of them only while building their model)"
         return dataclasses.replace(pick, reason=reason, building=building)
+
+    def read_only_building(
+        self, keys: Iterable[str], names: Iterable[str], cases: frozenset[str], whole: Iterable[str] = ()
+    ) -> frozenset[str]:
+        """Of ``cases``, those that ran every function of ``keys`` they read ``names`` in, and every function of
+        ``whole`` they ran, only while building their model."""
+        firm: set[str] = set()
+        for key in keys:
+            firm |= self.cases_reading([key], names) - self.footprints.ran_only_building(key)
+        for key in whole:
+            firm |= self.footprints.ran(key) - self.footprints.ran_only_building(key)
+        return cases - firm
 
     def changed_statements(self, change: FunctionChange, label: str, ran: frozenset[str]) -> Pick:
         """A changed function that cases ran: those that ran the changed statements of base's version (each edited
@@ -374,10 +397,13 @@ class _Rules:
             cases = self.cases_reading(readers & comparing, {name for _, _, name in names})
             return Pick(cases, f"{where}: a version: the {_count(cases)} that ran code comparing it")
         cases = self.cases_reading(readers, {name for _, name in module_level})
+        building = self.read_only_building(readers, {name for _, name in module_level}, cases)
         for p, scope, name in names:
             if scope:  # a class attribute computed from it
-                cases |= self.cases_reading(self.readers.of_attribute(name), {name}) & self.class_cases(p, scope)
-        return Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(n for _, _, n in names)}")
+                computed = self.cases_reading(self.readers.of_attribute(name), {name}) & self.class_cases(p, scope)
+                cases, building = cases | computed, building - computed
+        pick = Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(n for _, _, n in names)}")
+        return self.marked(pick, building)
 
     def iterated(self, names: set[tuple[str, str, str]]) -> frozenset[str]:
         """The cases that ran code going over these tables (or passing them on): a module-level name's readers, a

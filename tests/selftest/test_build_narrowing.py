@@ -335,3 +335,54 @@ def test_the_selection_names_the_module_level_names_a_change_binds_anew(tmp_path
         roots.append(root)
     chosen = select_between(footprints_file.Footprints(("m/a/x",), {}), *roots)
     assert chosen.names_rebound == ("toy.save.COPY", "toy.save.TABLE"), chosen.reasons
+
+
+BUILDING = """LIMIT = 4
+
+
+class Layer:
+    toy_scale_factor = 1
+
+    def __init__(self):
+        self.width = 0 if hasattr(self, "width_of") else LIMIT * self.toy_scale_factor
+
+    def forward(self, x):
+        return self.helper(x)
+
+    def helper(self, x):
+        return x
+"""
+
+
+@pytest.mark.parametrize(
+    "what, old, new",
+    [
+        ("a module constant", "LIMIT = 4", "LIMIT = 8"),
+        ("a class attribute", "    toy_scale_factor = 1", "    toy_scale_factor = 2"),
+        (
+            "an added method",
+            "    toy_scale_factor = 1\n",
+            "    toy_scale_factor = 1\n\n    def width_of(self):\n        return 0\n",
+        ),
+    ],
+)
+def test_a_name_read_only_while_building_reaches_its_readers_cases_only_while_building(tmp_path, what, old, new):
+    """m/a/x ran ``__init__`` only while building; m/b/x also built again later (a case that re-creates its layer):
+    a change read only in ``__init__`` reaches m/a/x only while building (its builds are compared first)."""
+    head = BUILDING.replace(old, new)
+    roots = []
+    for side, text in (("base", BUILDING), ("head", head)):
+        root = tmp_path / side / "toy"
+        root.mkdir(parents=True)
+        (root / "__init__.py").write_text("")
+        (root / "layer.py").write_text(text)
+        roots.append(root)
+    both = frozenset({"m/a/x", "m/b/x"})
+    footprints = footprints_file.Footprints(
+        ("m/a/x", "m/b/x"),
+        {"toy/layer.py::Layer.__init__": both, "toy/layer.py::Layer.forward": both},
+        build_only={"toy/layer.py::Layer.__init__": frozenset({"m/a/x"})},
+    )
+    chosen = select_between(footprints, *roots)
+    assert chosen.cases == ("m/a/x", "m/b/x"), (what, chosen.reasons)
+    assert chosen.build_only == ("m/a/x",), (what, chosen.reasons)

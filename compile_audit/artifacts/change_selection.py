@@ -47,7 +47,7 @@ from compile_audit.artifacts.code_changes import (
 )
 from compile_audit.artifacts.footprints_file import Footprints, FootprintsError, load
 from compile_audit.artifacts.outside_names import spelled_outside
-from compile_audit.artifacts.readers import QUOTED_NAME, Readers
+from compile_audit.artifacts.readers import QUOTED_NAME, Readers, identifiers_of
 
 EVERYTHING = None  # a pick that selects every case
 CALLER_DEPTH = 3  # how far up the callers of a function that no case ran the selection looks
@@ -91,14 +91,6 @@ class Pick:
     new_method: str = ""  # with new_cases: the new subpackage (its method), counted once however many picks name it
     gains: frozenset[str] = frozenset()  # tables the change adds keys to, whose code going over them it selects
     building: frozenset[str] = frozenset()  # of ``cases``, those that ran the changed code only while building
-
-
-def _identifiers_of(module: Module, qualname: str) -> frozenset[str]:
-    return (
-        module.names_read.get(qualname, frozenset())
-        | module.attributes_read.get(qualname, frozenset())
-        | module.strings_read.get(qualname, frozenset())
-    )
 
 
 def _count(cases: frozenset[str]) -> str:
@@ -151,7 +143,7 @@ class _Rules:
                 if statements:
                     found.update(statements)
                     enclosing.update(around)
-                elif names & _identifiers_of(module, qualname):
+                elif names & identifiers_of(module, qualname):
                     whole = True
             if whole:
                 cases |= self.footprints.ran(key)
@@ -184,7 +176,7 @@ class _Rules:
         for caller in callers:
             if not self.footprints.ran(caller):
                 above = self.unrun(*caller.split("::", 1), depth=depth + 1)
-                cases |= above & self.footprints.elsewhere if self.footprints.run_by_none(caller) else above
+                cases |= above & self.footprints.elsewhere if self.known_unrun(caller) else above
         return cases
 
     def function(self, change: FunctionChange) -> Pick:
@@ -215,7 +207,7 @@ class _Rules:
         if ran:
             return self.building(Pick(ran, f"{label}: {change.kind}: run by {_count(ran)}"), label)
         at_import = self.readers.at_import_time(change.qualname, change.path) if owner is None else []
-        if at_import and not self.footprints.run_by_none(label):  # else, known not to run at import
+        if at_import and not self.known_unrun(label):  # else, known not to run at import
             path, statement = at_import[0]
             return Pick(
                 EVERYTHING,
@@ -223,7 +215,7 @@ class _Rules:
                 " every case",
             )
         cases = self.unrun(change.path, change.qualname)
-        if self.footprints.run_by_none(label):
+        if self.known_unrun(label):
             cases &= self.footprints.elsewhere
             return Pick(
                 cases,
@@ -232,6 +224,17 @@ class _Rules:
             )
         where = f"ran {owner} (or a subclass) and code that names it" if owner else "ran code that names it"
         return Pick(cases, f"{label}: {change.kind}, run by no recorded case: the {_count(cases)} that {where}")
+
+    def known_unrun(self, key: str) -> bool:
+        """The footprints know no case and no import ran the function, and nothing hides it from them: no block
+        taken only under torch.compile may reach it (eager footprints never run those), and it is no special
+        method (Python, or torch while compiling, calls those without naming them)."""
+        leaf = key.rpartition(".")[2].rpartition("::")[2]
+        return (
+            self.footprints.run_by_none(key)
+            and not (leaf.startswith("__") and leaf.endswith("__"))
+            and key not in self.readers.reached_under_compile()
+        )
 
     def run_at_import(self, change: FunctionChange, label: str, ran: frozenset[str]) -> Pick:
         """A function importing the package runs acts through the module-level statements that call it (what they

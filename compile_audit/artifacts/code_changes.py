@@ -97,6 +97,24 @@ class FunctionDef:
         walk(self.node.body, "", ())
         return named
 
+    def read_under_compile(self) -> frozenset[str]:
+        """Every name, attribute and identifier string read in a block taken only under torch.compile (each block
+        of a statement testing ``is_compiling()``): eager footprints never see what runs there."""
+        found: set[str] = set()
+
+        def walk(body: list[ast.stmt]) -> None:
+            for statement in body:
+                if _reads_any(getattr(statement, "test", None), COMPILE_ONLY_TESTS):
+                    for block in _blocks_of(statement):
+                        for inner in block:
+                            found.update(*_identifiers(inner))
+                else:
+                    for block in _blocks_of(statement):
+                        walk(block)
+
+        walk(self.node.body)
+        return frozenset(found)
+
     def statements_reading(self, names: frozenset[str] | set[str]) -> list[str]:
         """The statements (by name) whose own code reads any of ``names`` (a compound statement: its header). One in
         a block taken only under torch.compile stands as the branch that holds it: eager footprints never run it."""

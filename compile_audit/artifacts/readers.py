@@ -42,6 +42,7 @@ class Readers:
         self.subclasses: dict[str, set[tuple[str, str, str]]] = {}
         self._body_words: set[str] | None = None
         self._classes: dict[str, set[tuple[str, str]]] | None = None  # leaf name -> (path, qualname)
+        self._under_compile: set[str] | None = None
         for module in modules:
             self.modules.setdefault(module.path, module)
             self.versions.setdefault(module.path, []).append(module)
@@ -123,6 +124,35 @@ class Readers:
             ):
                 found.add(key)
         return found
+
+    def reached_under_compile(self) -> set[str]:
+        """The functions a block taken only under torch.compile may call, and those they may call, by name (a
+        module-level function by its name, a method by its own): no eager footprint holds them."""
+        if self._under_compile is None:
+            by_leaf: dict[str, set[str]] = {}
+            for path, versions in self.versions.items():
+                for module in versions:
+                    for qualname in module.functions:
+                        by_leaf.setdefault(qualname.rpartition(".")[2], set()).add(f"{path}::{qualname}")
+            pending = {
+                name
+                for versions in self.versions.values()
+                for module in versions
+                for function in module.functions.values()
+                for name in function.read_under_compile()
+            }
+            seen: set[str] = set()
+            found: set[str] = set()
+            while pending:
+                name = pending.pop()
+                seen.add(name)
+                for key in by_leaf.get(name, set()) - found:
+                    found.add(key)
+                    path, _, qualname = key.partition("::")
+                    for module in self.versions.get(path, ()):
+                        pending |= set(identifiers_of(module, qualname)) - seen
+            self._under_compile = found
+        return self._under_compile
 
     def is_added(self, path: str) -> bool:
         return path in self.added
@@ -251,3 +281,12 @@ class Readers:
         obj = ".".join(part for part in (source, imported_name, rest) if part)
         defining = code_changes.dotted_module(defined_in)
         return defining == obj or defining.startswith(obj + ".")
+
+
+def identifiers_of(module: Module, qualname: str) -> frozenset[str]:
+    """What a function of the module reads: bare names, attributes and keywords, identifier strings."""
+    return (
+        module.names_read.get(qualname, frozenset())
+        | module.attributes_read.get(qualname, frozenset())
+        | module.strings_read.get(qualname, frozenset())
+    )

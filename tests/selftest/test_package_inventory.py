@@ -189,3 +189,39 @@ def test_a_cached_function_run_at_import_reaches_the_cases_of_its_later_callers(
     )
     chosen = select_between(footprints, base, head)
     assert chosen.cases == ("m/a/x", "m/b/x"), chosen.reasons
+
+
+COMPILED = """import torch
+
+
+class Layer:
+    def forward(self, x):
+        if torch.compiler.is_compiling():
+            return self.fast(x)
+        return x
+
+    def fast(self, x):
+        return deeper(x)
+
+
+def deeper(x):
+    return x
+"""
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [("return deeper(x)", "return -deeper(x)"), ("def deeper(x):\n    return x", "def deeper(x):\n    return -x")],
+)
+def test_a_function_only_a_compiled_block_reaches_is_never_known_unrun(tmp_path, old, new):
+    """The footprints are recorded eagerly: what a block taken only under torch.compile calls, and what that calls,
+    never runs there, so the inventory cannot tell it from code no case reaches: whoever reached the block counts."""
+    base = _package(tmp_path / "base", {"__init__.py": "", "layer.py": COMPILED})
+    head = _package(tmp_path / "head", {"__init__.py": "", "layer.py": COMPILED.replace(old, new)})
+    footprints = Footprints(
+        ("m/a/x", "m/b/x"),
+        {"toy/layer.py::Layer.forward": frozenset({"m/a/x"}), "toy/ops.py::run": frozenset({"m/b/x"})},
+        defined=frozenset({"toy/layer.py::Layer.forward", "toy/layer.py::Layer.fast", "toy/layer.py::deeper"}),
+    )
+    chosen = select_between(footprints, base, head)
+    assert chosen.cases == ("m/a/x",), chosen.reasons

@@ -36,12 +36,11 @@ what those cases compile only through what they built (a file without it: no cas
      "peft/peft_model.py::PeftModel.__init__": "0-1090,1200-2317",
      ...}
 
-What the package held when it was recorded, for a function no case ran (the file's ``package`` section, written by
-``change_selection record`` and ``change_selection inventory``): ``defined``, every function its files define, by
-file; ``at_import``, those that ran while it and its modules were imported (no case's footprint holds them); and
-``elsewhere``, the cases that ran code in processes of their own (ranks), which their footprints miss. A function
-``defined`` lists, that no case and no import ran, was run by none of the other cases (a file without ``defined``:
-unknown)::
+What the package held when it was recorded, for a function no case ran (written by ``change_selection record`` and
+``change_selection inventory``; a file without them knows nothing of it): ``defined``, every function its files
+define, by file; ``at_import``, those that ran while it and its modules were imported (no case's footprint holds
+them); and ``elsewhere``, the cases that ran code in processes of their own (ranks), which their footprints miss. A
+function ``defined`` lists, that no case and no import ran, was run by none of the cases but those::
 
      "elsewhere": "2300-2317",
      "at_import": ["peft/utils/peft_types.py::register_peft_method", ...],

@@ -55,14 +55,17 @@ def record(reports: Sequence[Path], output: Path, source: Path | None = None) ->
     }
     package = packages.pop() if len(packages) == 1 else None
     lines = any(record.get("footprint_lines") for report in loaded for record in report.get("cases", []))
-    root = package_root(source, package) if package and lines else None
-    new = from_reports(loaded, source_reader(root, package) if root else None)
+    root = None
+    if package:
+        try:
+            root = package_root(source, package)
+        except FootprintsError as error:
+            if lines:  # the statements the cases ran are read from that source
+                raise
+            print(f"note: no inventory of the package (a function no case ran stays unknown): {error}", file=sys.stderr)
+    new = from_reports(loaded, source_reader(root, package) if root and lines else None)
     if not new.cases:
         raise FootprintsError(f"{', '.join(map(str, reports))}: no case with a footprint")
-    try:
-        root = root or (package_root(source, package) if package else None)
-    except FootprintsError as error:
-        print(f"note: no inventory of the package (a function no case ran stays unknown): {error}", file=sys.stderr)
     if root and package:
         new = with_inventory(new, root, package)
     result = merged(load(output), new) if output.exists() else new

@@ -17,7 +17,7 @@ from compile_audit.artifacts import builds_file, footprints_file
 from compile_audit.artifacts.change_selection import select_between
 from compile_audit.probe import builds, footprint
 from compile_audit.probe.footprint import FootprintRecorder
-from tests.selftest.test_change_selection import BASE, TOY_FOOTPRINTS, _toy
+from tests.selftest.test_change_selection import BASE, TOY_FOOTPRINTS, _packages, _toy
 
 pytestmark = pytest.mark.selftest
 
@@ -324,16 +324,14 @@ def test_a_name_the_change_binds_anew_differs_alone_and_builds_the_same(tmp_path
 
 
 def test_the_selection_names_the_module_level_names_a_change_binds_anew(tmp_path):
-    roots = []
-    for side, source in (("base", "constants"), ("head", "other")):
-        root = tmp_path / side / "toy"
-        root.mkdir(parents=True)
-        (root / "__init__.py").write_text("")
-        (root / "constants.py").write_text("TABLE = {'a': 1}\n")
-        (root / "other.py").write_text("TABLE = {'a': 1}\n")
-        (root / "save.py").write_text(f"from .{source} import TABLE\n\nCOPY = dict(TABLE)\n")
-        roots.append(root)
-    chosen = select_between(footprints_file.Footprints(("m/a/x",), {}), *roots)
+    base, head = (
+        {"constants.py": "TABLE = {'a': 1}\n", "other.py": "TABLE = {'a': 1}\n", "save.py": text}
+        for text in (
+            "from .constants import TABLE\n\nCOPY = dict(TABLE)\n",
+            "from .other import TABLE\n\nCOPY = dict(TABLE)\n",
+        )
+    )
+    chosen = select_between(footprints_file.Footprints(("m/a/x",), {}), *_packages(tmp_path, base, head))
     assert chosen.names_rebound == ("toy.save.COPY", "toy.save.TABLE"), chosen.reasons
 
 
@@ -369,14 +367,7 @@ class Layer:
 def test_a_name_read_only_while_building_reaches_its_readers_cases_only_while_building(tmp_path, what, old, new):
     """m/a/x ran ``__init__`` only while building; m/b/x also built again later (a case that re-creates its layer):
     a change read only in ``__init__`` reaches m/a/x only while building (its builds are compared first)."""
-    head = BUILDING.replace(old, new)
-    roots = []
-    for side, text in (("base", BUILDING), ("head", head)):
-        root = tmp_path / side / "toy"
-        root.mkdir(parents=True)
-        (root / "__init__.py").write_text("")
-        (root / "layer.py").write_text(text)
-        roots.append(root)
+    roots = _packages(tmp_path, {"layer.py": BUILDING}, {"layer.py": BUILDING.replace(old, new)})
     both = frozenset({"m/a/x", "m/b/x"})
     footprints = footprints_file.Footprints(
         ("m/a/x", "m/b/x"),

@@ -365,6 +365,7 @@ def _packages(tmp_path, base: dict[str, str], head: dict[str, str]):
         root.mkdir(parents=True)
         (root / "__init__.py").write_text("")
         for name, text in files.items():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_text(text)
         roots.append(root)
     return roots
@@ -740,14 +741,6 @@ def test_a_name_a_module_imports_reaches_readers_through_a_package_above_only_if
         "tuners.py": "from toy.utils import SHORT\n\n\ndef pick():\n    return SHORT\n",
     }
     head = {**files, "utils/conv.py": "from toy.utils.constants import SHORT\n\n\ndef convert(x):\n    return x\n"}
-    roots = []
-    for side, tree in (("base", files), ("head", head)):
-        root = tmp_path / side / "toy"
-        (root / "utils").mkdir(parents=True)
-        (root / "__init__.py").write_text("")
-        for name, text in tree.items():
-            (root / name).write_text(text)
-        roots.append(root)
     footprints = Footprints(("m/a/x",), {"toy/tuners.py::pick": frozenset({"m/a/x"})})
-    chosen = select_between(footprints, *roots)
+    chosen = select_between(footprints, *_packages(tmp_path, files, head))
     assert chosen.cases == selected, chosen.reasons

@@ -96,6 +96,20 @@ def test_cpu_backend_aot_eager(tmp_path):
     assert {c["backend"] for c in cases.values()} == {"aot_eager"}
 
 
+AOT_EAGER_SLICE = ROOT / ".ci" / "aot-eager-slice.txt"
+
+
+def test_aot_eager_slice_fails_on_a_planted_break():
+    """.ci/run's aot_eager step, with a graph break planted in LoRA's forward: the slice's DoRA case, whose entry
+    holds a recompile-limit known failure of this tier, fails on the new root (a known failure holds nothing else)."""
+    one = "lora-dora/train-eval-train"
+    args = ("-p", "tests.plant_regression", "--cpu-backend", "aot_eager", f"--cases={AOT_EAGER_SLICE}", "-k", one)
+    result = pytest_run(*args, env={"PLANT": "graph-break"})
+    assert result.returncode == 1, explain(result)
+    assert f"llama-tiny/{one}@cpu-aot_eager: graph breaks (roots)" in result.stdout, explain(result)
+    assert "tests/plant_regression.py:" in result.stdout, explain(result)
+
+
 def test_compile_report_and_update_budgets_on_a_copy(tmp_path):
     copy = tmp_path / "budgets.toml"
     shutil.copy(BUDGETS, copy)

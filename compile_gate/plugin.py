@@ -30,7 +30,7 @@ from compile_audit.rules.budgets import BudgetFile, BudgetFileError
 from compile_audit.rules.case import CaseAudit, KnownFailureConfirmed, reset_dynamo
 from compile_audit.rules.verdict import by_causes, counted, observed
 from compile_audit.rules.versions import DEFAULT_GATED
-from compile_gate import fingerprints, hookspecs
+from compile_gate import crashes, fingerprints, hookspecs, time_limits
 from compile_gate.session import BENCHMARKS, PENDING, PROPOSAL, RECORD, GateSession, json_safe
 
 SESSION = pytest.StashKey[GateSession]()
@@ -42,6 +42,7 @@ RAISED = pytest.StashKey[str]()  # the type of the exception the test body raise
 ERROR = pytest.StashKey[str]()  # its message's first line
 HEADLINE = pytest.StashKey[str]()  # the verdict's first line
 POLICY = pytest.StashKey[CompilePolicy]()  # the settings the case ran under
+NOTES = pytest.StashKey["crashes.WorkerNotes | None"]()  # an xdist worker's note of its case and phase
 DEFAULT_BUDGETS = "tests/compile_budgets.toml"
 
 
@@ -67,6 +68,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         " (python -m compile_audit.artifacts.change_selection record)",
     )
     fingerprints.add_option(group)
+    time_limits.add_options(group)
+    time_limits.add_ini(parser)
     parser.addini("compile_budgets", "budgets file, relative to the rootdir", default=DEFAULT_BUDGETS)
     parser.addini(
         "compile_footprint_packages",
@@ -150,8 +153,13 @@ def pytest_configure(config: pytest.Config) -> None:
         gated_libraries=tuple(config.getini("compile_gated_libraries")),
     )
     config.stash[SESSION] = session
+    time_limits.configured_limit(config)  # a bad --case-timeout stops the run here
+    config.pluginmanager.register(time_limits, "compile_gate_time_limits")
+    folder = None if _is_worker(config) else crashes.new_folder()
+    config.stash[NOTES] = crashes.notes_for(config, folder)
     if not _is_worker(config):  # under xdist the controller collects, judges nothing, and finishes
-        config.pluginmanager.register(SessionHooks(session), "compile_gate_session")
+        watch = crashes.CrashWatch(folder) if crashes.distributed(config) else None
+        config.pluginmanager.register(SessionHooks(session, watch, folder), "compile_gate_session")
 
 
 def _check_outputs(config: pytest.Config, budgets: Path | None) -> None:
@@ -195,7 +203,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """--footprints-only runs cases alone: a self-test under a disabled Dynamo would fail for nothing."""
+    """Each case's time limit; --footprints-only runs cases alone: a self-test under a disabled Dynamo would fail for
+    nothing."""
+    if config.pluginmanager.hasplugin("timeout"):
+        time_limits.mark_cases(config, [item for item in items if _is_case(item)])
     if not config.getoption("--footprints-only"):
         return
     others = [item for item in items if not _is_case(item)]
@@ -237,6 +248,10 @@ def pytest_runtest_setup(item: pytest.Item):
         reset_dynamo()
         freeze_survivors()
         item.stash[STATE_BEFORE_SETUP] = global_state.snapshot()
+        notes = item.config.stash.get(NOTES, None)
+        if notes is not None:
+            notes.case_started(item.nodeid, report_fields(item.callspec.params["case"]))
+            time_limits.skip_after_too_many_hung(item.config, notes.hung_cases())
     if _is_case(item) and not _timed(item) and not fingerprints.enabled(item.config):
         lines = item.config.getoption("--footprints-only")  # Dynamo is off: a line tracer changes nothing it does
         recorder = FootprintRecorder(item.config.getini("compile_footprint_packages"), lines=lines)
@@ -335,8 +350,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     the report lists every case, and a run that audited nothing says so."""
     report = yield
     case = getattr(item, "callspec", None) and item.callspec.params.get("case")
+    limit = time_limits.ran_past_limit(item) if call.excinfo is not None else None
+    if limit is not None and not item.stash.get(RAISED, None):
+        audit = item.stash.get(AUDIT, None)
+        phases = audit.result.phases if audit is not None else []
+        item.stash[RAISED] = "Timeout"
+        item.stash[ERROR] = time_limits.hung_message(limit, phases[-1].name if phases else None, call.excinfo)
+        notes = item.config.stash.get(NOTES, None)
+        if notes is not None and hasattr(case, "id"):
+            notes.case_hung(case.id)
     if report.when == "setup" and not report.passed and hasattr(case, "id"):
-        record = case_record({**report_fields(case), "audited": False}, case.id)
+        fields = {"raised": item.stash.get(RAISED, None), "error": item.stash.get(ERROR, None)}
+        record = case_record({**report_fields(case), "audited": False, **fields}, case.id)
         report.user_properties.append((RECORD, record.to_dict()))
     return report
 
@@ -406,6 +431,7 @@ def case_audit(request: pytest.FixtureRequest, case: Any, compile_policy: Compil
         backend=case.backend,
         under_test=tuple(request.config.getini("compile_footprint_packages")),
         dynamic=compile_policy.dynamic if compile_policy is not None else None,
+        on_phase=notes.phase_started if (notes := request.config.stash.get(NOTES, None)) else None,
     )
     request.node.stash[AUDIT] = audit
     torch.manual_seed(0)
@@ -502,8 +528,23 @@ def record_compile_benchmarks(request: pytest.FixtureRequest):
 class SessionHooks:
     """The hooks of the process that finishes the session (no xdist, or xdist's controller)."""
 
-    def __init__(self, session: GateSession) -> None:
+    def __init__(self, session: GateSession, watch: crashes.CrashWatch | None, folder: Path) -> None:
         self.session = session
+        self.watch = watch  # under xdist: the workers' notes, read when one dies
+        self.folder = folder  # the notes' folder, removed at the end
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        if self.watch is not None:
+            self.watch.pytest_configure_node(node)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """A case whose worker died: its record says so, with how the process ended and the phase it was in."""
+        fields = self.watch.crash_fields(crashitem, report.node) if self.watch is not None else None
+        if fields is not None:
+            self.session.records[crashitem] = case_record(fields, fields["id"]).to_dict()
+            self.session.outcomes[crashitem] = ("failed", f"{fields['id']}: {fields['error']}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.session.ingest(report)
@@ -511,6 +552,7 @@ class SessionHooks:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         config = session.config
         self.session.finish(config.hook.pytest_compile_gate_case_ids(config=config))
+        crashes.remove(self.folder)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.session.cases:

@@ -51,8 +51,10 @@ class CaseAudit:
         backend: str | Callable[..., Any] = "eager",
         under_test: tuple[str, ...] = (),
         dynamic: bool | None = None,
+        on_phase: Callable[[str], None] | None = None,
     ) -> None:
         self.case_id = case_id
+        self.on_phase = on_phase  # told each phase's name as it starts (where a process that dies was)
         self.budget = budget
         self.backend = backend
         self.dynamic = dynamic  # torch.compile's dynamic= (the case's compile policy) unless a call names its own
@@ -97,6 +99,8 @@ class CaseAudit:
     def phase(self, name: str, kind: str = "other", expect: tuple[str, ...] = ()) -> Iterator[PhaseRecord]:
         if self._phases is None:
             raise RuntimeError("phase() before compile()")
+        if self.on_phase is not None:
+            self.on_phase(name)
         with collected_before(), self._phases.phase(name, kind, expect) as record:
             yield record
         frames = {limit_frame(hit.frame) for hit in record.limit_hits}

@@ -21,8 +21,11 @@ freeze), ``selection.md``, ``head-matrix.md`` and ``diff.md`` (python -m compile
 installed
 into the calling Python and nothing is written into the checkout.
 
-Exit status: 0 when nothing regressed, 1 when head regressed, 2 for anything else (an install failure, an
-unusable report, nothing audited, the GPU tier without CUDA), with the reason on one line of stderr.
+Exit status: 0 when nothing regressed, 1 when head regressed, 2 for the gate's own failure (bad arguments, an install
+failure, an unusable report, a report in which no case ran to a verdict: the GPU tier without CUDA), with the reason
+on one line of stderr. Cases that fail on both sides alike are no regression, at setup included: the verdict is
+given on what could be compared, and diff.md names what could not (those cases, the ones skipped on head, the
+selected ones with no record).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from pathlib import Path
 
 from compile_audit.artifacts import builds_file
 from compile_audit.artifacts.change_selection import Selection, select_between
-from compile_audit.artifacts.diff import lonely_lines
+from compile_audit.artifacts.diff import NotJudged, fails, lonely_lines, not_judged_lines, not_judged_summary
 from compile_audit.artifacts.footprints_file import Footprints, FootprintsError
 from compile_audit.artifacts.footprints_file import load as load_footprints
 from compile_audit.artifacts.records import CaseRecord
@@ -414,6 +417,7 @@ def _pytest_summary(log: Path) -> str:
 
 
 NOTHING_COLLECTED = 5
+MAX_WORKER_RESTARTS = 10_000  # where the number of cases is not known: never give up on a side's remaining cases
 
 
 def run_suite(
@@ -484,11 +488,12 @@ def read_report(side: Side) -> ReportCases:
 
 
 def check_report(side: Side, shard: bool = False) -> int:
-    """Fail unless the side's report is usable and audited at least one case (a shard may hold none: the merged
-    report is checked); returns how many it audited."""
+    """Fail unless the side's report is usable and at least one case ran to a verdict, audited or failed (a shard
+    may hold none: the merged report is checked); returns how many it audited. Cases that all fail, at setup say,
+    are a verdict: base may fail them alike."""
     report = read_report(side)
     # The report's own definition (a known failure was audited too: what it names held, and nothing else was found).
-    if not report.audited_count and not shard:
+    if not report.audited_count and not any(fails(case) for case in report.cases) and not shard:
         raise GateError(f"{side.name}: nothing audited: {_unaudited(report.cases)} (see {shown(side.log)})")
     return report.audited_count
 
@@ -535,9 +540,14 @@ def _clear_outputs(out: Path) -> None:
     shutil.rmtree(out / "torch-trace", ignore_errors=True)
 
 
-def run_diff(shell: Shell, base: Side, head: Side, snapshot: Path, opts: Options, head_report: Path) -> int:
+def run_diff(
+    shell: Shell, base: Side, head: Side, snapshot: Path, opts: Options, head_report: Path, selected: Path | None = None
+) -> int:
+    """The diff, into diff.md (printed); ``selected``: the list of the cases pytest ran, for the diff to name those
+    with no record on either side."""
     out = opts.out / "diff.md"
     cmd = [head.python, "-m", "compile_audit.artifacts.diff", base.report, head_report, "--output", out]
+    cmd += ["--selected", selected] if selected is not None else []
     status, _, stderr = shell.capture(
         [*cmd, *(["--chart"] if opts.chart else [])], env=head.env(snapshot), cwd=snapshot
     )
@@ -788,8 +798,18 @@ def _installed(shell: Shell, side: Side, snapshot: Path, names: Sequence[str]) -
 
 
 def _pytest_jobs(opts: Options, cases: int | None) -> list[str]:
+    """On xdist workers, one at least: a case whose process dies then costs its worker, not the side's run
+    (compile_gate.crashes names it), and a worker is replaced as often as cases could crash. Not the GPU tier on one
+    worker: pytest-benchmark, off under xdist, times the steps the diff compares there."""
     jobs = min(opts.jobs, cases) if cases else opts.jobs
-    return ["-n", str(jobs)] if jobs > 1 else []
+    if jobs == 1 and _gpu_tier(opts.pytest_args):
+        return []
+    return ["-n", str(jobs), f"--max-worker-restart={cases or MAX_WORKER_RESTARTS}"]
+
+
+def _gpu_tier(pytest_args: Sequence[str]) -> bool:
+    args = list(pytest_args)
+    return any(arg == "-m" and i + 1 < len(args) and args[i + 1] == "gpu" for i, arg in enumerate(args))
 
 
 def failed_cases(side: Side) -> list[str]:
@@ -816,19 +836,40 @@ def new_cases_failed(opts: Options, head: Side, failed: Sequence[str]) -> int:
 
 
 def write_compared_head(head: Side, base_cases: Sequence[str]) -> Path:
-    """Head's report cut to the cases base ran, as it was written: the diff compares like with like."""
+    """Head's report cut to the cases base ran, as it was written: the diff compares like with like. Head's skipped
+    cases stay, for the diff to name as not judged."""
     report = read_report(head)
-    wanted = set(base_cases)
+    wanted = set(base_cases) | {case.id for case in report.cases if case.status == "skipped"}
     data = {**report.data, "cases": [case for case in report.data["cases"] if case["id"] in wanted]}
     path = head.out / "head-compared.json"
     path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     return path
 
 
-def _no_run(opts: Options, why: str) -> int:
-    (opts.out / "diff.md").write_text(f"# Compile gate\n\nNothing regressed: {why}.\n", encoding="utf-8")
+def _no_run(opts: Options, why: str, not_judged: NotJudged | None = None) -> int:
+    """Exit 0 without a diff, saying why, and what head alone did not judge."""
+    not_judged = not_judged or NotJudged()
+    why += f"; {not_judged_summary(not_judged)}" if not_judged else ""
+    listed = "".join(f"{line}\n" for line in not_judged_lines(not_judged))
+    (opts.out / "diff.md").write_text(f"# Compile gate\n\nNothing regressed: {why}.\n{listed}", encoding="utf-8")
     say(f"no regression: {why} (diff: {shown(opts.out / 'diff.md')})")
     return EXIT_OK
+
+
+def selected_exactly(opts: Options, chosen: Chosen) -> tuple[str, ...]:
+    """The cases pytest runs where the gate knows them: its own list (--cases), with no shard and no pytest args of
+    the caller's, which may deselect some; () where it cannot know. One that no report holds could not run."""
+    if opts.shard is not None or opts.pytest_args or not any(arg.startswith("--cases=") for arg in chosen.args):
+        return ()
+    return chosen.listed
+
+
+def not_judged_on_head(head: Side, selected: Sequence[str]) -> NotJudged:
+    """Where head alone decides (it passed everything else): the cases it skipped, and the selected ones it has no
+    record of."""
+    cases = read_report(head).by_id
+    skipped = [case for case_id, case in sorted(cases.items()) if case.status == "skipped"]
+    return NotJudged(skipped=skipped, no_record=sorted(set(selected) - cases.keys()))
 
 
 def gate(opts: Options, shell: Shell, work: Path) -> int:
@@ -890,6 +931,7 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
                 opts,
                 f"head passed all {audited} audited case(s) against the budgets, on the versions they"
                 " were recorded with (base not needed)",
+                not_judged_on_head(head, selected_exactly(opts, chosen)),
             )
         listing = opts.out / "base-cases.txt"
         listing.write_text("".join(f"{case}\n" for case in failing), encoding="utf-8")
@@ -908,7 +950,8 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     say(f"base: {check_report(base, shard=True)} case(s) audited")
     # Head's new cases that failed are compared too: base lacks them, so the diff lists them as only head's.
     compared = write_compared_head(head, [*failing, *failed_new]) if failing is not None else head.report
-    status = run_diff(shell, base, head, snapshot, opts, compared)
+    selected = opts.out / "selected-cases.txt" if selected_exactly(opts, chosen) else None  # chosen.listed
+    status = run_diff(shell, base, head, snapshot, opts, compared, selected)
     missed = selection_misses(opts, base, head)
     if missed:
         text = "".join(

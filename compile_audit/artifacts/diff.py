@@ -1,14 +1,18 @@
 """What changed between two compile reports (base, head), worst first, as markdown.
 
     python -m compile_audit.artifacts.diff BASE.json HEAD.json [--timing-threshold PCT] [--memory-threshold PCT]
-                                 [--chart] [--output FILE]
+                                 [--chart] [--selected FILE] [--output FILE]
 
-Exit status: 0 when nothing regressed, 1 when something did, 2 when a report cannot be used.
+Exit status: 0 when nothing regressed, 1 when something did, 2 when a report cannot be used (unreadable, or no
+case in it ran to a verdict: every one skipped).
 
 A case regressed when, from base to head, it has more graph breaks, more recompiles or more
 unexpected recompiles; its status got worse (passed -> failed -> error), or it is no longer audited
 (now skipped); or its compiled step time or memory grew beyond the threshold. Counts are compared
-only when both runs audited the case: a skipped or crashed case has no meaningful counts.
+only when both runs audited the case: a skipped or crashed case has no meaningful counts. A case that fails on both
+sides regressed when head fails differently (another exception, or a problem base did not have); one that fails
+alike is not this change's regression, and is listed as not judged, with the cases skipped on head and those the run
+selected (``--selected``) that neither report holds.
 
 Cases in only one report: both runs use the same gate checkout, so the case list differs only when a
 run was cut short or the zoo depends on the PEFT version. A case that was audited in base and is
@@ -23,13 +27,13 @@ import collections
 import dataclasses
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from compile_audit.artifacts.records import CaseRecord, RecompileEvent, Root
 from compile_audit.artifacts.report import ReportCases, read_cases
-from compile_audit.normalize import normalize
+from compile_audit.normalize import normalize, without_paths
 
 STEP_TIME_KEY = "compiled_step_ms"
 MEMORY_SUFFIX = "_bytes"  # every benchmarks entry ending in it is a memory figure (reserved_max_bytes, ...)
@@ -44,6 +48,12 @@ MAX_THRESHOLD = 1000.0
 # Entering a known failure ("xfailed", the budgets file's known_failure) is worse, and so is leaving one for
 # "failed": a known failure holds only what it names, so a failed one has a new problem.
 STATUS_RANK = {"passed": 0, "skipped": 1, "xfailed": 2, "failed": 3, "error": 4}
+FAILED_RANK = STATUS_RANK["failed"]  # this rank and above (a status this diff does not know included) is a failure
+# A case that raised one of these could not import a library: the environment's failure where both sides share it.
+IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")
+# The problems of a verdict that its counts and signatures decide (docs/report-schema.md): compare_case compares those
+# directly, so two failures are told apart by the others (a check, the recompile limit, the steady state, ...).
+COUNTED_PROBLEMS = frozenset({"over budget", "new root", "new signature", "tighten"})
 CHART_LIMIT = 30
 ROOT_CASES_SHOWN = 12
 REASON_WIDTH = 160
@@ -55,6 +65,7 @@ _MARKDOWN_SPECIAL = re.compile(r"[\\`*<>\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]
 # The order in which changes are listed and, for sorting cases, weighed: a worse status first, then ...
 METRICS = (
     "status",
+    "failure",
     "recompile limit",
     "signatures",
     "graph breaks (roots)",
@@ -93,6 +104,18 @@ class CaseDiff:
 
 
 @dataclasses.dataclass
+class NotJudged:
+    """The cases that judged nothing of the change, each named: a clean verdict says how much it judged."""
+
+    fail_alike: list[tuple[CaseRecord, CaseRecord]] = dataclasses.field(default_factory=list)  # (base, head)
+    skipped: list[CaseRecord] = dataclasses.field(default_factory=list)  # skipped on head, not audited on base
+    no_record: list[str] = dataclasses.field(default_factory=list)  # selected, and neither report holds it
+
+    def __bool__(self) -> bool:
+        return bool(self.fail_alike or self.skipped or self.no_record)
+
+
+@dataclasses.dataclass
 class ReportDiff:
     base_versions: Mapping[str, str]
     head_versions: Mapping[str, str]
@@ -103,6 +126,7 @@ class ReportDiff:
     only_head: list[tuple[CaseRecord, bool]]
     work: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (case id, its compile-work change)
     gated: tuple[str, ...] = ()  # the libraries either report was gated on
+    not_judged: NotJudged = dataclasses.field(default_factory=NotJudged)
 
     @property
     def regressed(self) -> bool:
@@ -117,13 +141,18 @@ class ReportDiff:
 
 
 class NothingAudited(ValueError):
-    """A report in which no case was audited: comparing it would pass having checked nothing."""
+    """A report in which no case ran to a verdict (every one skipped): comparing it would pass having checked
+    nothing. A case that failed, audited or not, is a verdict: both sides failing alike is said, never an error."""
+
+
+def fails(case: CaseRecord) -> bool:
+    return STATUS_RANK.get(case.status, STATUS_RANK["error"]) >= FAILED_RANK
 
 
 def load_cases(path: str | Path) -> ReportCases:
-    """The report, with at least one case audited; ValueError naming the file when unusable."""
+    """The report, with at least one case audited or failed; ValueError naming the file when unusable."""
     cases = read_cases(path)
-    if not cases.audited_count:
+    if not cases.audited_count and not any(fails(case) for case in cases.cases):
         statuses = collections.Counter(case.status for case in cases.cases)
         seen = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items())) or "no case at all"
         raise NothingAudited(f"{path}: no case was audited ({seen}): nothing to compare")
@@ -131,14 +160,53 @@ def load_cases(path: str | Path) -> ReportCases:
 
 
 def _why(case: CaseRecord) -> str:
-    """Why a case got worse, from its record: the exception it raised, or the verdict's headline and its first
-    problem not held by a known failure; else the first line of its message (pytest's, for an error in a fixture)."""
+    """Why a case got worse, from its record: its first problem (first_problem), after the verdict's headline where
+    the verdict has one."""
+    first = first_problem(case)
+    return f"{case.headline} — {first}" if case.headline and not case.raised and first != case.headline else first
+
+
+def first_problem(case: CaseRecord) -> str:
+    """A failing case's first problem in one line: the exception it raised, else its verdict's first problem not held
+    by a known failure, else its headline or the first line of its message (pytest's, for a failure at setup)."""
     if case.raised:
         return f"{case.raised}: {case.error or ''}".rstrip(": ")
     problems = [p for p in case.problems if not p.held]
-    if case.headline and problems and problems[0].summary:
-        return f"{case.headline} — {problems[0].summary}"
+    if problems and problems[0].summary:
+        return problems[0].summary
     return case.headline or _first_line(case.message)
+
+
+def _comparable(text: str | None) -> str:
+    """A message as two runs compare it: no paths, line numbers, ids or addresses."""
+    return normalize(without_paths(_first_line(text, width=10_000)))
+
+
+def _problem_kinds(case: CaseRecord) -> set[tuple[str, tuple[str, ...]]]:
+    """The verdict's problems not held by a known failure, by kind and what they name (the check, the frames); those
+    its counts decide are left to the counts."""
+    return {(p.kind, p.names) for p in case.problems if not p.held and p.kind not in COUNTED_PROBLEMS}
+
+
+def fails_alike(base: CaseRecord, head: CaseRecord) -> bool:
+    """Head fails as base did, both failing: the same exception (type, and message without run-specific details),
+    else no problem base's verdict did not have (counts and roots are compared apart), else the same first line."""
+    if base.raised or head.raised:
+        return (base.raised, _comparable(base.error)) == (head.raised, _comparable(head.error))
+    if base.problems or head.problems:
+        return _problem_kinds(head) <= _problem_kinds(base)
+    return _comparable(base.headline or base.message) == _comparable(head.headline or head.message)
+
+
+_IMPORTED_MODULE = re.compile(r"(?:No module named|from) '([\w.]+)'")
+
+
+def missing_dependency(case: CaseRecord) -> str | None:
+    """The library a case could not import (the top-level package its ImportError names), for the summary."""
+    if case.raised not in IMPORT_ERRORS:
+        return None
+    found = _IMPORTED_MODULE.search(case.error or "")
+    return found[1].split(".")[0] if found else None
 
 
 def _first_line(text: Any, width: int = REASON_WIDTH) -> str:
@@ -301,6 +369,12 @@ def compare_case(
         changes.append(Change("status", f"status {base.status} -> {head.status}", status_delta))
     if status_delta > 0 and (why := _why(head)):  # why it got worse: the error raised, or the first problem
         details.append(f"{head.status}: {plain(_first_line(why))}")
+    if fails(base) and fails(head) and status_delta <= 0 and not fails_alike(base, head):
+        changes.append(Change("failure", "fails on both sides, differently", 1))
+        details += [
+            f"{side} {case.status}: {plain(_first_line(first_problem(case)))}"
+            for side, case in (("head", head), ("base", base))
+        ]
     if base.audited and head.audited:
         breaks = _count_change("graph breaks (roots)", base.graph_breaks.count, head.graph_breaks.count)
         unexpected = _count_change("unexpected recompiles", base.recompiles.unexpected, head.recompiles.unexpected)
@@ -358,13 +432,31 @@ def compare_work(base: CaseRecord, head: CaseRecord) -> str | None:
     return "; ".join(parts) or None
 
 
+def not_judged(
+    base: Mapping[str, CaseRecord], head: Mapping[str, CaseRecord], changed: list[CaseDiff], selected: Sequence[str]
+) -> NotJudged:
+    """What judged nothing of the change: the cases that fail on both sides alike and changed nothing else, those
+    skipped on head that did not regress, and those selected that neither side has a record of."""
+    listed = {diff.case_id for diff in changed}
+    fail_alike = [
+        (base[i], head[i])
+        for i in sorted(base.keys() & head.keys())
+        if i not in listed and fails(base[i]) and fails(head[i])
+    ]
+    skipped = [head[i] for i in sorted(head) if head[i].status == "skipped" and i not in listed]
+    no_record = sorted(set(selected) - base.keys() - head.keys())
+    return NotJudged(fail_alike, skipped, no_record)
+
+
 def compare(
     base_path: str | Path,
     head_path: str | Path,
     timing_threshold: float = DEFAULT_TIMING_THRESHOLD,
     memory_threshold: float = DEFAULT_MEMORY_THRESHOLD,
+    selected: Sequence[str] = (),
 ) -> ReportDiff:
-    """Every case that changed, worst first, and the cases only one report has; ValueError on bad input."""
+    """Every case that changed, worst first, the cases only one report has, and what judged nothing (``selected``:
+    the cases the run selected, to name those neither report holds); ValueError on bad input."""
     base_report, head_report = load_cases(base_path), load_cases(head_path)
     base, head = base_report.by_id, head_report.by_id
     changed = [
@@ -374,7 +466,11 @@ def compare(
     ]
     changed.sort(key=CaseDiff.sort_key)
     only_base = [(base[i], base[i].status != "skipped") for i in sorted(base.keys() - head.keys())]
-    only_head = [(head[i], head[i].status in ("failed", "error")) for i in sorted(head.keys() - base.keys())]
+    only_head = [
+        (head[i], fails(head[i]))
+        for i in sorted(head.keys() - base.keys())
+        if head[i].status != "skipped"  # listed as not judged
+    ]
     work = [
         (case_id, text)
         for case_id in sorted(base.keys() & head.keys())
@@ -382,7 +478,16 @@ def compare(
     ]
     gated = tuple(dict.fromkeys([*base_report.gated, *head_report.gated]))
     return ReportDiff(
-        base_report.versions, head_report.versions, base, head, changed, only_base, only_head, work, gated
+        base_report.versions,
+        head_report.versions,
+        base,
+        head,
+        changed,
+        only_base,
+        only_head,
+        work,
+        gated,
+        not_judged(base, head, changed, selected),
     )
 
 
@@ -475,22 +580,86 @@ def _roots_section(result: ReportDiff, regressions: list[CaseDiff]) -> list[str]
     return lines
 
 
+def environment_note(fail_alike: list[tuple[CaseRecord, CaseRecord]]) -> str:
+    """Of the cases failing alike, those that cannot import a library on either side, by library: the environment's
+    failure (a version the PEFT under test does not support, say), not the change's."""
+    missing = collections.Counter(library for _, head in fail_alike if (library := missing_dependency(head)))
+    return "; ".join(
+        f"{n} of them cannot import {code(library)} on either side: the environment's failure, not this change's"
+        for library, n in missing.most_common()
+    )
+
+
+def not_judged_summary(cases: NotJudged) -> str:
+    """How much judged nothing, in one line: the cases failing on both sides (with the library that does not import
+    where that is why), those skipped on head, those that could not run."""
+    parts = []
+    if cases.fail_alike:
+        environment = environment_note(cases.fail_alike)
+        parts.append(
+            f"{len(cases.fail_alike)} case(s) fail on both sides and judge nothing of this change"
+            + (f" ({environment})" if environment else "")
+        )
+    if cases.skipped:
+        parts.append(f"{len(cases.skipped)} skipped on head")
+    if cases.no_record:
+        parts.append(f"{len(cases.no_record)} could not run (no record)")
+    return "; ".join(parts)
+
+
+def not_judged_lines(cases: NotJudged) -> list[str]:
+    """The section after the regressions: each case that judged nothing, with why."""
+    if not cases:
+        return []
+    lines = ["", f"### Not judged ({len(cases.fail_alike) + len(cases.skipped) + len(cases.no_record)})"]
+    if cases.fail_alike:
+        environment = environment_note(cases.fail_alike)
+        lines += [
+            "",
+            f"Fail on both sides alike ({len(cases.fail_alike)}{'; ' + environment if environment else ''}), so not"
+            " this change's regression: head's first problem, and whether base's is the same",
+            "",
+        ]
+        for base, head in cases.fail_alike:
+            first, before = first_problem(head), first_problem(base)
+            same = "the same" if _comparable(first) == _comparable(before) else code(_first_line(before))
+            lines.append(f"- **{head.id}**: {head.status}: {code(_first_line(first))}; base {base.status}: {same}")
+    if cases.skipped:
+        lines += ["", f"Skipped on head ({len(cases.skipped)})", ""]
+        lines += [f"- **{case.id}**: {plain(_first_line(case.message)) or 'no reason given'}" for case in cases.skipped]
+    if cases.no_record:
+        lines += ["", f"Could not run: selected, with no record on either side ({len(cases.no_record)})", ""]
+        lines += [f"- **{case_id}**" for case_id in cases.no_record]
+    return lines
+
+
+def verdict_line(result: ReportDiff) -> str:
+    """The first line: the verdict, what did not judge the change when anything did not, and the counts."""
+    regressions = sum(d.regressed for d in result.changed)
+    counts = (
+        f"{regressions} case(s) worse, {len(result.changed) - regressions} better, "
+        f"{len(result.only_base)} only in base, {len(result.only_head)} only in head"
+    )
+    unjudged = not_judged_summary(result.not_judged)
+    if result.regressed:
+        return f"**regressed**: {counts}" + (f"; not judged: {unjudged}" if unjudged else "")
+    if result.empty:
+        return "no changes" + (f"; {unjudged}" if unjudged else "")
+    return f"no regression; {unjudged} ({counts})" if unjudged else f"no regression: {counts}"
+
+
 def render(result: ReportDiff, chart: bool = False) -> str:
     lines = [
         "## torch.compile gate: base vs head",
         "",
-        versions_line(result.base_versions, result.head_versions, result.gated),
+        verdict_line(result),
         "",
+        versions_line(result.base_versions, result.head_versions, result.gated),
     ]
     if result.empty:
-        return "\n".join([*lines, "no changes", ""])
+        return "\n".join([*lines, *not_judged_lines(result.not_judged), ""])
     regressions = [d for d in result.changed if d.regressed]
     improvements = [d for d in result.changed if not d.regressed]
-    verdict = "**regressed**" if result.regressed else "no regression"
-    lines.append(
-        f"{verdict}: {len(regressions)} case(s) worse, {len(improvements)} better, "
-        f"{len(result.only_base)} only in base, {len(result.only_head)} only in head"
-    )
     lines += _roots_section(result, regressions)
     for title, diffs in (("Regressions", regressions), ("Improvements", improvements)):
         if diffs:
@@ -501,6 +670,7 @@ def render(result: ReportDiff, chart: bool = False) -> str:
         lines += lonely_lines("Only in base", result.only_base, "audited in base, missing from head")
     if result.only_head:
         lines += lonely_lines("Only in head", result.only_head, "new case outside its budget")
+    lines += not_judged_lines(result.not_judged)
     if result.work:
         lines += ["", f"### Compile work ({len(result.work)})", ""]
         lines += [f"- **{case_id}**: {text}" for case_id, text in result.work]
@@ -548,6 +718,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"memory change (percent) below which it is noise (default {DEFAULT_MEMORY_THRESHOLD:g})",
     )
     parser.add_argument("--chart", action="store_true", help="add mermaid charts of the changed counts")
+    parser.add_argument(
+        "--selected",
+        metavar="FILE",
+        help="the cases the run selected, one per line: those neither report holds are listed as could not run",
+    )
     parser.add_argument("--output", metavar="FILE", help="write the markdown to FILE instead of stdout")
     return parser
 
@@ -555,7 +730,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        result = compare(args.base, args.head, args.timing_threshold, args.memory_threshold)
+        selected = Path(args.selected).read_text(encoding="utf-8").split() if args.selected else []
+        result = compare(args.base, args.head, args.timing_threshold, args.memory_threshold, selected)
+    except OSError as error:
+        print(f"compile_audit.artifacts.diff: --selected: {error}", file=sys.stderr)
+        return 2
     except ValueError as error:
         print(f"compile_audit.artifacts.diff: {error}", file=sys.stderr)
         return 2

@@ -63,10 +63,16 @@ def _section(out, title):
 
 
 def test_identical_reports_say_no_changes_and_pass(tmp_path, capsys):
-    code, out, _ = _run(tmp_path, fake.base_cases(), fake.base_cases(), capsys=capsys)
+    passing = [case for case in fake.base_cases() if case["status"] == "passed"]
+    code, out, _ = _run(tmp_path, passing, passing, capsys=capsys)
     assert code == 0
     assert "no changes" in out.splitlines()
     assert "torch 2.13.0+cpu, transformers 5.24.0, peft 0.21.2" in out
+    # LoHa fails on both sides and the GPU case is skipped: no change, and the first line says what judged nothing.
+    code, out, _ = _run(tmp_path, fake.base_cases(), fake.base_cases(), capsys=capsys)
+    assert code == 0
+    verdict = "no changes; 1 case(s) fail on both sides and judge nothing of this change; 1 skipped on head"
+    assert out.splitlines()[2] == verdict
 
 
 def test_planted_graph_breaks_fail_naming_case_change_and_location(tmp_path, capsys):
@@ -151,7 +157,8 @@ def test_improvements_pass_and_regressions_come_first_worst_first(tmp_path, caps
     head = _head_with(**{LOHA: loha_fixed, LORA: _lora_with_breaks(occurrences=5), IA3: ia3})
     code, out, _ = _run(tmp_path, fake.base_cases(), head, capsys=capsys)
     assert code == 1
-    listed = [line.split("**")[1] for line in out.splitlines() if line.startswith("- **")]
+    changed = out[: out.index("### Not judged")].splitlines()  # the GPU case, skipped on both sides, is listed there
+    listed = [line.split("**")[1] for line in changed if line.startswith("- **")]
     assert listed == [LORA, IA3, LOHA]  # +5 breaks before +1, then the improvement
     assert out.index("### Regressions (2)") < out.index("### Improvements (1)")
 
@@ -353,3 +360,126 @@ def test_a_known_failure_that_now_fails_is_a_regression(tmp_path, capsys):
     assert f"- **{LOHA}**: status xfailed -> failed" in out
     code, out, _ = _run(tmp_path, _head_with(**{LOHA: failed}), base, capsys=capsys)
     assert code == 0 and f"- **{LOHA}**: status failed -> xfailed" in out, "its new problem gone: better"
+
+
+# ----------------------------------------------------------------------------- what the sides share
+
+TORCHAO = "cannot import name 'LinearActivationQuantizedTensor' from 'torchao.quantization'"
+TRAINABLE_TOKENS = [f"bert-tiny/trainable-tokens/{scenario}" for scenario in ("train-eval-train", "save-load")]
+
+
+def _raised(case_id, error, raised="ImportError", venv="/tmp/gate-1/head/venv"):
+    """A case whose test body raised before compiling anything (not audited), as the plugin records it."""
+    case = fake.case(case_id, "failed", audited=False, message=f"{raised}: {error}\\n\\ntraceback ...")
+    path = f"{venv}/lib/python3.11/site-packages/torchao/quantization/__init__.py"
+    case.update(raised=raised, error=f"{error} ({path})")
+    return case
+
+
+def _failing(case_id, *problems, audited=True):
+    """A case whose verdict failed with these (kind, names, summary) problems."""
+    case = fake.case(case_id, "failed", audited=audited, message=f"{case_id}: graph breaks 0/0")
+    case["headline"] = f"{case_id}: graph breaks 0/0"
+    case["problems"] = [{"kind": k, "names": list(names), "held": False, "summary": s} for k, names, s in problems]
+    return case
+
+
+def test_cases_failing_alike_on_both_sides_are_no_regression_and_listed_as_not_judged(tmp_path, capsys):
+    """peft#3559: base reruns the cases head failed, and each fails as on head (the same ImportError, from another
+    virtualenv); nothing was audited on either side. The verdict is 'no regression', naming the library and listing
+    each case with head's error; never 'nothing to compare' (exit 2)."""
+    head = [_raised(case_id, TORCHAO) for case_id in TRAINABLE_TOKENS]
+    base = [_raised(case_id, TORCHAO, venv="/tmp/gate-1/base/venv") for case_id in TRAINABLE_TOKENS]
+    code, out, err = _run(tmp_path, base, head, capsys=capsys)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[2] == (
+        "no changes; 2 case(s) fail on both sides and judge nothing of this change (2 of them cannot import"
+        " `torchao` on either side: the environment's failure, not this change's)"
+    )
+    listed = _section(out, "Not judged")
+    assert listed[0] == "### Not judged (2)"
+    assert "Fail on both sides alike (2; 2 of them cannot import `torchao`" in listed[2]
+    first = f"- **{TRAINABLE_TOKENS[1]}**: failed: `ImportError: {TORCHAO} (/tmp/gate-1/head/venv/"
+    assert listed[4].startswith(first) and listed[4].endswith("; base failed: the same"), listed[4]
+
+
+def test_a_case_failing_differently_on_base_is_a_regression(tmp_path, capsys):
+    """Both sides fail, but head raises what base did not: not what the two share, so this change's regression."""
+    head = [_raised(TRAINABLE_TOKENS[0], "'base_model.model.classifier.weight'", raised="KeyError")]
+    base = [_raised(TRAINABLE_TOKENS[0], TORCHAO)]
+    code, out, _ = _run(tmp_path, base, head, capsys=capsys)
+    assert code == 1
+    regression = _section(out, "Regressions")[2:5]
+    assert regression[0] == f"- **{TRAINABLE_TOKENS[0]}**: fails on both sides, differently"
+    assert regression[1].startswith("  - head failed: KeyError: 'base_model.model.classifier.weight'")
+    assert regression[2].startswith(f"  - base failed: ImportError: {TORCHAO}")
+    assert "### Not judged" not in out
+    # The same exception type with another message is another failure too.
+    head = [_raised(TRAINABLE_TOKENS[0], "No module named 'torchao'", raised="ImportError")]
+    assert _run(tmp_path, base, head, capsys=capsys)[0] == 1
+
+
+def test_a_verdict_that_fails_alike_keeps_no_problem_base_did_not_have(tmp_path, capsys):
+    """Audited on both sides, the same failed check: alike, however its numbers moved. A check base did not fail is
+    a new problem (the counts the same): a regression."""
+    parity = ("check", ("parity",), "[eval-1] compiled vs eager logits: max abs diff 0.031")
+    moved = ("check", ("parity",), "[eval-1] compiled vs eager logits: max abs diff 0.027")
+    saved = ("check", ("saved adapter",), "the saved adapter does not reload")
+    code, out, _ = _run(tmp_path, [_failing(LORA, parity)], [_failing(LORA, moved)], capsys=capsys)
+    assert code == 0
+    assert f"- **{LORA}**: failed: `{moved[2]}`; base failed: `{parity[2]}`" in _section(out, "Not judged")
+    code, out, _ = _run(tmp_path, [_failing(LORA, parity)], [_failing(LORA, moved, saved)], capsys=capsys)
+    assert code == 1
+    assert f"- **{LORA}**: fails on both sides, differently" in _section(out, "Regressions")
+    # Base failed more than head does: what head still fails, base had; the verdict improved, no regression.
+    code, out, _ = _run(tmp_path, [_failing(LORA, saved, parity)], [_failing(LORA, parity)], capsys=capsys)
+    assert code == 0
+    # A problem the counts decide is left to the counts: "tighten the budget" (fewer breaks) is no new failure.
+    tighten = ("tighten", (), "tighten the budget: graph breaks 1 < 2")
+    code, out, _ = _run(tmp_path, [_failing(LORA, parity)], [_failing(LORA, parity, tighten)], capsys=capsys)
+    assert code == 0 and "differently" not in out
+
+
+def test_a_setup_error_on_both_sides_is_judged_by_its_first_line(tmp_path, capsys):
+    """No exception type, no verdict: an error pytest reported at setup. The same first line (paths aside) is alike;
+    another is a regression."""
+
+    def setup_error(message):
+        return fake.case(IA3, "error", message=message)
+
+    base = [setup_error("ModuleNotFoundError: No module named 'torchao' (/tmp/a/venv/x.py:3)\ntraceback")]
+    same = [setup_error("ModuleNotFoundError: No module named 'torchao' (/tmp/b/venv/x.py:4)\nother traceback")]
+    other = [setup_error("fixture 'device' raised RuntimeError: CUDA error")]
+    code, out, _ = _run(tmp_path, base, same, capsys=capsys)
+    assert code == 0 and "1 case(s) fail on both sides and judge nothing of this change" in out.splitlines()[2]
+    assert _run(tmp_path, base, other, capsys=capsys)[0] == 1
+
+
+def test_a_regressed_verdict_names_what_it_did_not_judge_after_the_regressions(tmp_path, capsys):
+    head = _head_with(**{LORA: _lora_with_breaks()})
+    code, out, _ = _run(tmp_path, fake.base_cases(), head, capsys=capsys)
+    assert code == 1
+    assert out.splitlines()[2] == (
+        "**regressed**: 1 case(s) worse, 0 better, 0 only in base, 0 only in head; not judged: 1 case(s) fail on"
+        " both sides and judge nothing of this change; 1 skipped on head"
+    )
+    assert out.index("### Regressions") < out.index("### Not judged (2)")
+
+
+def test_skipped_on_head_and_selected_cases_with_no_record_are_not_judged(tmp_path, capsys):
+    """The gate compares head's failed cases with base's reruns; what head skipped, and what the selection named but
+    neither side recorded (a case that never reached its audit), are listed, and the verdict says how many."""
+    skipped = fake.case(GPU, "skipped", message="GPU tier: CUDA is not available on this machine")
+    failing = _raised(TRAINABLE_TOKENS[0], TORCHAO)
+    selected = tmp_path / "selected-cases.txt"
+    selected.write_text(f"{TRAINABLE_TOKENS[0]}\n{GPU}\n{TRAINABLE_TOKENS[1]}\n", encoding="utf-8")
+    code, out, _ = _run(tmp_path, [failing], [failing, skipped], "--selected", str(selected), capsys=capsys)
+    assert code == 0
+    assert out.splitlines()[2].endswith("; 1 skipped on head; 1 could not run (no record)")
+    listed = _section(out, "Not judged")
+    assert f"- **{GPU}**: GPU tier: CUDA is not available on this machine" in listed
+    assert f"- **{TRAINABLE_TOKENS[1]}**" in listed
+    assert "### Only in head" not in out
+    assert diff.main([str(tmp_path / "base.json"), str(tmp_path / "head.json"), "--selected", "missing.txt"]) == 2
+    assert "--selected: " in capsys.readouterr().err

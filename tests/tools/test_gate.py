@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from compile_audit.artifacts import builds_file
+from compile_audit.artifacts import builds_file, diff
 from compile_audit.artifacts.change_selection import Selection
 from compile_audit.artifacts.footprints_file import Footprints
 from compile_audit.artifacts.report import read_cases
@@ -765,3 +765,102 @@ def test_code_in_new_files_but_no_new_method_runs_nothing_and_exits_0(run_gate):
     status, out, err = run_gate(shell)
     assert status == 0 and err == [], (out, err)
     assert "head adds no method the registry lacks" in out
+
+
+@pytest.mark.parametrize(
+    ("jobs", "pytest_args", "expected"),
+    [
+        (1, (), ["-n", "1", "--max-worker-restart=5"]),  # a worker of its own: a case that dies costs only it
+        (4, (), ["-n", "4", "--max-worker-restart=5"]),
+        (1, ("-m", "gpu"), []),  # pytest-benchmark times the GPU tier's steps, and is off under xdist
+        (2, ("-m", "gpu"), ["-n", "2", "--max-worker-restart=5"]),
+    ],
+)
+def test_every_side_runs_its_cases_on_workers_that_are_replaced_when_they_die(jobs, pytest_args, expected):
+    opts = gate.parse_args(["--base", "peft", "--head", "peft", "--out", "o", "--jobs", str(jobs), "--", *pytest_args])
+    assert gate._pytest_jobs(opts, 5) == expected
+
+
+# ----------------------------------------------------------------------------- what both sides share
+
+
+class ShellWithTheDiff(FakeShell):
+    """The fake shell, with the real diff (compile_audit.artifacts.diff) run in this process."""
+
+    def capture(self, cmd, *, env: dict[str, str], cwd: Path | None = None) -> tuple[int, str, str]:
+        cmd = [str(c) for c in cmd]
+        if "compile_audit.artifacts.diff" not in cmd:
+            return super().capture(cmd, env=env, cwd=cwd)
+        self.commands.append((cmd, env))
+        return diff.main(cmd[cmd.index("compile_audit.artifacts.diff") + 1 :]), "", ""
+
+
+TORCHAO = "cannot import name 'LinearActivationQuantizedTensor' from 'torchao.quantization'"
+TOKENS = ("bert-tiny/trainable-tokens/train-eval-train", "bert-tiny/trainable-tokens/save-load")
+
+
+def raised(case_id: str, side: str, error: str = TORCHAO, kind: str = "ImportError") -> dict:
+    """A case whose body raised before anything compiled, as each side's virtualenv words it."""
+    path = f"/tmp/compile-gate-1/{side}/venv/lib/python3.11/site-packages/torchao/quantization/__init__.py"
+    return {"id": case_id, "status": "failed", "audited": False, "raised": kind, "error": f"{error} ({path})"}
+
+
+def fail_on_head(shell: FakeShell, base_error: str = TORCHAO) -> FakeShell:
+    shell.selection = dataclasses.replace(ONE_CASE, cases=TOKENS)
+    shell.reports = {
+        "head": report(*(raised(case, "head") for case in TOKENS)),
+        "base": report(*(raised(case, "base", base_error) for case in TOKENS)),
+    }
+    shell.pytest_status = {"head": 1, "base": 1}
+    return shell
+
+
+def test_cases_that_fail_alike_on_both_sides_are_no_regression_and_named(run_gate, tmp_path):
+    """peft#3559: every case head ran fails with the ImportError of a torchao this PEFT does not support, and base
+    fails them alike; neither side audited anything. A verdict all the same (exit 0, never 'nothing audited'), and
+    diff.md says, first, that they judge nothing of this change and which library would not import."""
+    shell = fail_on_head(ShellWithTheDiff())
+    status, out, err = run_gate(shell)
+    assert (status, err) == (0, []), (out, err)
+    assert "base: only the 2 case(s) head failed" in out and "gate: no regression" in out
+    verdict = (tmp_path / "out" / "diff.md").read_text(encoding="utf-8").splitlines()[2]
+    assert verdict.startswith("no changes; 2 case(s) fail on both sides and judge nothing of this change (2 of them")
+    assert "cannot import `torchao` on either side: the environment's failure, not this change's" in verdict
+    assert f"- **{TOKENS[0]}**: failed: `ImportError: {TORCHAO}" in out
+
+
+def test_a_case_that_fails_on_base_otherwise_is_heads_regression(run_gate, tmp_path):
+    shell = fail_on_head(ShellWithTheDiff(), base_error="No module named 'torchao'")
+    status, out, err = run_gate(shell)
+    assert (status, err) == (1, []), (out, err)
+    assert f"- **{TOKENS[0]}**: fails on both sides, differently" in out and "gate: head regressed" in out
+
+
+def test_what_head_skipped_or_never_recorded_is_named_beside_a_clean_verdict(run_gate, tmp_path):
+    """Head passes what it audited; of the selection, one case skipped and one has no record (it never reached its
+    audit): exit 0, and diff.md names both."""
+    shell = ShellWithTheDiff()
+    selected = (AUDITED["id"], SKIPPED["id"], "llama-tiny/lora/save-load")
+    shell.selection = dataclasses.replace(ONE_CASE, cases=selected)
+    shell.reports["head"] = report(AUDITED, SKIPPED)
+    status, out, _ = run_gate(shell)
+    assert status == 0
+    assert "base not needed); 1 skipped on head; 1 could not run (no record)" in out
+    written = (tmp_path / "out" / "diff.md").read_text(encoding="utf-8")
+    assert f"- **{SKIPPED['id']}**: GPU tier: CUDA is not available on this machine" in written
+    assert "- **llama-tiny/lora/save-load**" in written
+
+
+@pytest.mark.parametrize(("pytest_args", "exact"), [((), True), (("--", "-k", "save"), False)])
+def test_the_diff_names_selected_cases_without_a_record_only_where_the_gate_knows_what_ran(
+    run_gate, tmp_path, pytest_args, exact
+):
+    """The selection's list is what pytest ran unless the caller's pytest args (or a shard) narrow it."""
+    shell = fail_on_head(ShellWithTheDiff())
+    shell.selection = dataclasses.replace(ONE_CASE, cases=(*TOKENS, "llama-tiny/lora/save-load"))
+    status, out, _ = run_gate(shell, *pytest_args)
+    assert status == 0 and "2 case(s) fail on both sides" in out
+    assert ("1 could not run (no record)" in out) is exact
+    [command] = shell.ran("compile_audit.artifacts.diff")
+    selected = [command[command.index("--selected") + 1]] if "--selected" in command else []
+    assert selected == ([str(tmp_path / "out" / "selected-cases.txt")] if exact else [])

@@ -2,12 +2,21 @@
 
 Freshly initialized adapters are often the identity (LoRA's B is zero), so an output "under the adapter" would
 equal the base output and every parity check against it would pass vacuously. `randomize_adapter` gives an adapter
-seeded non-trivial weights, as a trained checkpoint has. This module never imports compile_audit or pytest.
+seeded non-trivial weights, as a trained checkpoint has. `build_lora_adapter` builds adapters whose scalings differ
+(their own alpha, per-module ranks) and `load_adapter_model` loads one as users load the first adapter of a hot-swap.
+This module never imports compile_audit or pytest.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+import peft
 import torch
+
+from .models import get_spec
+from .peft_models import build_method_base
+from .registry import get_method
 
 # The name components PEFT inserts where it wraps a module, so that the original weight moves: a tuner layer
 # (`q_proj.weight` -> `q_proj.base_layer.weight`, twice when stacked), modules_to_save and trainable tokens
@@ -89,3 +98,41 @@ def base_weight_mismatches(peft_model, base_model) -> tuple[list[str], list[str]
         elif found.shape != expected.shape or not torch.equal(found.cpu(), expected.cpu()):
             differ.append(name)
     return differ, missing
+
+
+def build_lora_adapter(
+    model_key: str,
+    method_name: str,
+    *,
+    rank: int,
+    lora_alpha: float,
+    rank_pattern: dict[str, int] | None = None,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    seed: int = 0,
+):
+    """The method's PEFT model (a LoRA-family method) as ``build_peft_model`` builds it, in eval mode, with its own
+    ``lora_alpha`` and per-module ranks (``rank_pattern``, module name -> rank): adapters whose scalings (alpha / r,
+    rsLoRA's alpha / sqrt(r)) differ from each other and from module to module, as the adapters users hot-swap do."""
+    config = get_method(method_name).make_config(get_spec(model_key), rank=rank)
+    config = dataclasses.replace(config, lora_alpha=lora_alpha, rank_pattern=dict(rank_pattern or {}))
+    base = build_method_base(model_key, method_name, device=device, dtype=dtype, seed=seed)
+    torch.manual_seed(seed)
+    return peft.get_peft_model(base, config).to(device).eval()
+
+
+def load_adapter_model(model_key: str, method_name: str, path, *, device="cpu", dtype=None, seed: int = 0):
+    """A saved adapter loaded onto a fresh base with ``PeftModel.from_pretrained``, as users load the first adapter
+    of a hot-swap (in eval mode, its weights frozen)."""
+    base = build_method_base(model_key, method_name, device=device, dtype=dtype, seed=seed)
+    return peft.PeftModel.from_pretrained(base, str(path)).to(device).eval()
+
+
+def lora_scalings(peft_model, adapter_name: str = "default") -> dict[str, float]:
+    """Each LoRA layer's scaling of one adapter (a float, or the value of the tensor prepare_model_for_compiled_hotswap
+    made of it), by module name."""
+    return {
+        name: float(module.scaling[adapter_name])
+        for name, module in peft_model.named_modules()
+        if isinstance(getattr(module, "scaling", None), dict) and adapter_name in module.scaling
+    }

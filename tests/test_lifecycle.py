@@ -9,12 +9,20 @@ make every "equals the adapter's output" check pass vacuously.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
 import bench_models
 from bench_models import add_adapter, eval_step, make_batch, make_optimizer, train_step
-from bench_models.lifecycle import base_weight_mismatches, randomize_adapter
+from bench_models.lifecycle import (
+    base_weight_mismatches,
+    build_lora_adapter,
+    load_adapter_model,
+    lora_scalings,
+    randomize_adapter,
+)
 from compile_audit.probe.parity import compare_losses, compare_tensors
 from compile_audit.probe.recompiles import PhaseAudit
 from compile_audit.rules.case import reset_dynamo
@@ -226,7 +234,23 @@ def test_mixed_batch(case, device, make_peft_model, case_audit):
 
 # ----------------------------------------------------------------------------------------------------- hotswap
 
-SMALL_RANK, LARGE_RANK = 4, 8
+# The adapters swapped, as users' differ: in rank and lora_alpha, so in scaling (alpha / r; rsLoRA's alpha / sqrt(r)),
+# ranks 7 and 13 both ways as in PEFT's and diffusers' own tests. The first one, loaded, has a per-module rank
+# (rank_pattern on the last attention module), so its scaling differs from module to module too. Swapped to one
+# after the other, every module's scaling changes: a scaling Dynamo guards on as a constant recompiles there.
+# name: (seed, r, lora_alpha, rank of the last attention module or None)
+HOTSWAP_ADAPTERS = {"patterned": (20, 7, 21, 5), "large": (21, 13, 13, None), "small": (22, 7, 28, None)}
+TARGET_RANK = 13  # the largest rank of any adapter's module: what prepare_model_for_compiled_hotswap pads to
+# Loaded first, then rank 7 -> 13 (fills the padding) and 13 -> 7 (zeroes part of it). An adapter with a rank_pattern
+# is loaded, never swapped in: peft 0.21.2's hotswap_adapter looks the patterns up by the parameter's key, which no
+# module-name pattern matches, and sets alpha / r there instead (and refuses an alpha_pattern that differs from the
+# loaded adapter's).
+HOTSWAP_PLAN = [("patterned-1", "patterned"), ("large-1", "large"), ("small-1", "small")]
+# Compiled as PEFT documents it and its tests compile, torch.compile's default dynamic=None (the batch's length never
+# changes here): a Python-float scaling then is a constant Dynamo guards on, and a swap that changes it recompiles.
+# The cases' dynamic=True would trace a float scaling as a symbolic input and hide what the preparation's tensor
+# scalings are for.
+HOTSWAP_DYNAMIC = None
 
 
 def _hotswap_run(model, compiled, audit, batch, paths, plan, device):
@@ -242,47 +266,77 @@ def _hotswap_run(model, compiled, audit, batch, paths, plan, device):
 
 @pytest.mark.scenario("hotswap")
 def test_hotswap(case, device, make_peft_model, case_audit, tmp_path):
-    """Hot-swap LoRA adapters of different ranks into a compiled model prepared for it: zero recompiles, each
-    adapter's own outputs. Without prepare_model_for_compiled_hotswap the same swap recompiles (contingency)."""
+    """Hot-swap LoRA adapters of different ranks and scalings into a compiled model loaded and prepared as PEFT
+    documents it: zero recompiles, each adapter's own outputs. Without prepare_model_for_compiled_hotswap the same
+    swaps recompile (contingency)."""
     if hotswap_adapter is None:
         pytest.skip("this PEFT has no peft.utils.hotswap (added in PEFT 0.15)")
+    # First, since make_peft_model skips a case the zoo cannot run.
+    case_audit.expect(_preparation_keeps_requires_grad(make_peft_model(rank=7)), check="hot-swap preparation")
     tolerance = case.tolerance
+    dtype = getattr(torch, case.dtype) if case.dtype else None
     batch = _batch(case, device, seq_len=8)
-    paths, expected = {}, {}
-    for adapter, rank, seed in (("small", SMALL_RANK, 20), ("large", LARGE_RANK, 21)):
-        source = make_peft_model(rank=rank).eval()
+    paths, expected, scalings = {}, {}, {}
+    for adapter, (seed, rank, alpha, pattern_rank) in HOTSWAP_ADAPTERS.items():
+        pattern = {bench_models.get_spec(case.model).attention_modules[-1]: pattern_rank} if pattern_rank else None
+        source = build_lora_adapter(
+            case.model, case.method, rank=rank, lora_alpha=alpha, rank_pattern=pattern, device=device, dtype=dtype
+        )
         randomize_adapter(source, "default", seed=seed)
         paths[adapter] = tmp_path / adapter
         source.save_pretrained(paths[adapter])
-        expected[adapter] = _logits(source, batch)
-    case_audit.expect(_differs("logits of the small and large adapters", expected["small"], expected["large"]))
-    plan = [("small-1", "small"), ("large-1", "large"), ("small-2", "small")]
+        expected[adapter], scalings[adapter] = _logits(source, batch), lora_scalings(source)
+    for (_, before), (_, after) in itertools.pairwise(HOTSWAP_PLAN):
+        case_audit.expect(_differs(f"logits of the {before} and {after} adapters", expected[before], expected[after]))
+        case_audit.expect(_same_scalings(before, after, scalings))
+    case_audit.expect(_uniform_scaling("patterned", scalings["patterned"]))
 
-    # Contingency first (case_audit.compile resets Dynamo after it): unprepared, the small -> large swap recompiles.
-    unprepared = make_peft_model(rank=SMALL_RANK).eval()
-    hotswap_adapter(unprepared, str(paths["small"]), adapter_name="default", torch_device=device)
+    def load(adapter):
+        return load_adapter_model(case.model, case.method, paths[adapter], device=device, dtype=dtype)
+
+    # Contingency first (case_audit.compile resets Dynamo after it): unprepared, a swap of scalings alone (small ->
+    # patterned: rank 7 both, the pattern's rank 5 zero-padded into 7) recompiles, and so does one of ranks (-> 13).
     reset_dynamo()
-    contingency = PhaseAudit(case.backend, case_audit.dynamic)
-    _hotswap_run(unprepared, contingency.compile(unprepared), contingency, batch, paths, plan[:2], device)
-    if not contingency.recompiles:
-        case_audit.expect(
-            "contingency: without prepare_model_for_compiled_hotswap the rank 4 -> 8 swap compiled nothing new, so "
-            "this case cannot show that the preparation is what prevents recompiles"
-        )
+    contingency = PhaseAudit(case.backend, HOTSWAP_DYNAMIC)
+    unprepared = load("small")
+    plan = [("small-1", "small"), ("patterned-1", "patterned"), ("large-1", "large")]
+    _hotswap_run(unprepared, contingency.compile(unprepared), contingency, batch, paths, plan, device)
+    for phase, what in zip(contingency.phases[1:], ("scalings alone (rank 7 both)", "ranks (7 -> 13)"), strict=True):
+        if not phase.recompiles:
+            case_audit.expect(
+                f"contingency: without prepare_model_for_compiled_hotswap the swap of {what} in {phase.name} compiled "
+                "nothing new, so this case cannot show that the preparation is what keeps such a swap from recompiling"
+            )
 
-    case_audit.expect(_preparation_keeps_requires_grad(make_peft_model(rank=SMALL_RANK)), check="hot-swap preparation")
-
-    model = make_peft_model(rank=SMALL_RANK).eval()
-    hotswap_adapter(model, str(paths["small"]), adapter_name="default", torch_device=device)
-    prepare_model_for_compiled_hotswap(model, target_rank=LARGE_RANK)  # before compiling, as PEFT requires
-    compiled = case_audit.compile(model)
+    model = load("patterned")
+    prepare_model_for_compiled_hotswap(model, target_rank=TARGET_RANK)  # before compiling, as PEFT requires
+    compiled = case_audit.compile(model, dynamic=HOTSWAP_DYNAMIC)
     storage = _adapter_storage(model)
-    outputs = _hotswap_run(model, compiled, case_audit, batch, paths, plan, device)
-    for name, adapter in plan:
+    outputs = _hotswap_run(model, compiled, case_audit, batch, paths, HOTSWAP_PLAN, device)
+    for name, adapter in HOTSWAP_PLAN:
         what = f"[{name}] hot-swapped compiled vs {adapter} adapter's eager logits"
         case_audit.expect(compare_tensors(what, expected[adapter], outputs[name], **tolerance), check="parity")
     case_audit.expect(_replaced(storage, _adapter_storage(model)), check="hot-swap in place")
-    case_audit.steady_state_after("small-1")
+    case_audit.steady_state_after(HOTSWAP_PLAN[0][0])
+
+
+def _same_scalings(before: str, after: str, scalings: dict[str, dict[str, float]]) -> str | None:
+    """A problem where swapping `before` for `after` leaves a module's scaling as it was: that swap cannot show a
+    scaling that recompiles."""
+    same = sorted(name for name, value in scalings[before].items() if scalings[after].get(name) == value)
+    if not same:
+        return None
+    return (
+        f"the {before} and {after} adapters have the same scaling in {len(same)} module(s) ({same[0]}, ...): "
+        "swapping them there changes no scaling, so this case cannot show a swap of scalings recompiling"
+    )
+
+
+def _uniform_scaling(adapter: str, scalings: dict[str, float]) -> str | None:
+    """A problem where the adapter meant to scale its modules differently (rank_pattern) does not."""
+    if len(set(scalings.values())) > 1:
+        return None
+    return f"the {adapter} adapter has one scaling in all {len(scalings)} modules: its rank_pattern matched nothing"
 
 
 def _adapter_storage(model) -> dict[str, int]:
@@ -309,7 +363,7 @@ def _preparation_keeps_requires_grad(model) -> str | None:
     for param in frozen:
         param.requires_grad_(False)
     before = {name: param.requires_grad for name, param in model.named_parameters() if "lora_" in name}
-    prepare_model_for_compiled_hotswap(model, target_rank=LARGE_RANK)
+    prepare_model_for_compiled_hotswap(model, target_rank=TARGET_RANK)
     after = {name: param.requires_grad for name, param in model.named_parameters() if "lora_" in name}
     changed = sorted(name for name in before if after.get(name) != before[name])
     if not changed:

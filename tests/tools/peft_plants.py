@@ -57,6 +57,27 @@ PLANTS: dict[str, tuple[Edit, ...]] = {
             f"{FORWARD}        {BREAK}\n        if self.disable_adapters:",
         ),
     ),
+    # A forward that waits forever in eval mode (a lock, a download that never returns): the case hangs.
+    "ia3-eval-hang": (
+        Edit(
+            "peft/tuners/ia3/layer.py",
+            "    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:\n"
+            "        dtype = previous_dtype = x.dtype\n        if self.disable_adapters:",
+            "    def forward(self, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:\n"
+            "        dtype = previous_dtype = x.dtype\n"
+            '        if not self.training:\n            __import__("threading").Event().wait()  # PLANTED: hangs\n'
+            "        if self.disable_adapters:",
+        ),
+    ),
+    # A forward whose process dies (as a segfaulting kernel or the out-of-memory killer would end it).
+    "shira-exit": (
+        Edit(
+            "peft/tuners/shira/layer.py",
+            f"{FORWARD}        if self.disable_adapters:",
+            f'{FORWARD}        __import__("os")._exit(3)  # PLANTED: the process dies\n'
+            "        if self.disable_adapters:",
+        ),
+    ),
     # An int attribute bumped on each merged call: Dynamo guards on its value, so every call recompiles.
     "ia3-merged-recompile": (
         Edit(
@@ -104,6 +125,15 @@ PLANTS: dict[str, tuple[Edit, ...]] = {
     "undo-3241": (
         Edit("peft/utils/hotswap.py", "    new_layer.weight.requires_grad_(lora_module.weight.requires_grad)\n", ""),
         Edit("peft/utils/hotswap.py", "    new_layer.weight.requires_grad_(lora_module.weight.requires_grad)\n", ""),
+    ),
+    # peft#2177's tensor scalings undone: prepare_model_for_compiled_hotswap leaves each LoRA scaling a Python float,
+    # a constant Dynamo guards on, so a swap to an adapter of another alpha / rank recompiles.
+    "undo-2177-scalings": (
+        Edit(
+            "peft/utils/hotswap.py",
+            "                scaling[key] = torch.tensor(val, device=module.weight.device)\n",
+            "                scaling[key] = val  # PLANTED: left a Python float\n",
+        ),
     ),
     # peft#2962 undone: injecting from a state dict matches module names with the compiled wrapper's _orig_mod. prefix.
     "undo-2962": (

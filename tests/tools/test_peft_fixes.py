@@ -34,6 +34,10 @@ FIXES = {
     "undo-3241": ("llama-tiny/lora/hotswap", "changed requires_grad of 2 adapter weight(s) (peft#3241)"),
     "undo-2962": ("llama-tiny/lora/inject-compiled", "raised (peft#2962)"),
     "undo-2416": ("llama-tiny/lora/hotswap", "peft/tuners/lora/layer.py:1101 in forward"),
+    "undo-2177-scalings": (
+        "llama-tiny/lora/hotswap",
+        "self_attn.q_proj.scaling['default'] == 3.0 (guard from peft/tuners/lora/layer.py:1102)",
+    ),
 }
 
 

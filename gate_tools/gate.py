@@ -417,7 +417,7 @@ def _pytest_summary(log: Path) -> str:
 
 
 NOTHING_COLLECTED = 5
-MAX_WORKER_RESTARTS = 10_000  # where the number of cases is not known: never give up on a side's remaining cases
+MAX_WORKER_RESTARTS = 8  # each replaced worker imports torch and collects again
 
 
 def run_suite(
@@ -799,12 +799,13 @@ def _installed(shell: Shell, side: Side, snapshot: Path, names: Sequence[str]) -
 
 def _pytest_jobs(opts: Options, cases: int | None) -> list[str]:
     """On xdist workers, one at least: a case whose process dies then costs its worker, not the side's run
-    (compile_gate.crashes names it), and a worker is replaced as often as cases could crash. Not the GPU tier on one
+    (compile_gate.crashes names it). After MAX_WORKER_RESTARTS crashes the side stops: a change that kills every case
+    is a regression by then, and the diff names the selected cases left without a record. Not the GPU tier on one
     worker: pytest-benchmark, off under xdist, times the steps the diff compares there."""
     jobs = min(opts.jobs, cases) if cases else opts.jobs
     if jobs == 1 and _gpu_tier(opts.pytest_args):
         return []
-    return ["-n", str(jobs), f"--max-worker-restart={cases or MAX_WORKER_RESTARTS}"]
+    return ["-n", str(jobs), f"--max-worker-restart={MAX_WORKER_RESTARTS}"]
 
 
 def _gpu_tier(pytest_args: Sequence[str]) -> bool:

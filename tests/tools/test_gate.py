@@ -770,10 +770,10 @@ def test_code_in_new_files_but_no_new_method_runs_nothing_and_exits_0(run_gate):
 @pytest.mark.parametrize(
     ("jobs", "pytest_args", "expected"),
     [
-        (1, (), ["-n", "1", "--max-worker-restart=5"]),  # a worker of its own: a case that dies costs only it
-        (4, (), ["-n", "4", "--max-worker-restart=5"]),
+        (1, (), ["-n", "1", "--max-worker-restart=8"]),  # a worker of its own: a case that dies costs only it
+        (4, (), ["-n", "4", "--max-worker-restart=8"]),
         (1, ("-m", "gpu"), []),  # pytest-benchmark times the GPU tier's steps, and is off under xdist
-        (2, ("-m", "gpu"), ["-n", "2", "--max-worker-restart=5"]),
+        (2, ("-m", "gpu"), ["-n", "2", "--max-worker-restart=8"]),
     ],
 )
 def test_every_side_runs_its_cases_on_workers_that_are_replaced_when_they_die(jobs, pytest_args, expected):

@@ -27,7 +27,7 @@ from _pytest._code.code import ExceptionInfo
 from compile_audit.locations import location
 
 TIMES_RECORDED = 10  # a case may take this many times its recorded duration
-FLOOR_S = 120.0  # and never less: a loaded machine or a cold compile cache is slower than the recording
+FLOOR_S = 300.0  # and never less: a loaded machine or a cold compile cache is slower than the recording
 UNRECORDED_S = 1800.0  # a case with no recorded duration (a new method's)
 BACKSTOP_GRACE_S = 120.0  # after the limit, the signal method's failure has had this long to end the case
 MAX_HUNG = 3  # cases of one run that may hang before the rest are not run

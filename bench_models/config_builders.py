@@ -90,6 +90,12 @@ def lora_bias(spec, *, rank=None, dropout=None):
     return lora_options(spec, rank, dropout, lora_bias=True)
 
 
+def lora_parameters(spec, *, rank=None, dropout=None):
+    """LoRA on weights kept as nn.Parameter (MoE experts) through `target_parameters`, no module targeted. PEFT's
+    ParamWrapper refuses lora_dropout != 0, so the dropout asked for is not applied."""
+    return lora_options(spec, rank, 0.0, target_modules=[], target_parameters=list(spec.expert_parameters))
+
+
 def adalora(spec, *, rank=None, dropout=None):
     r = _pick(rank, 8)
     return {

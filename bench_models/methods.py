@@ -14,7 +14,7 @@ reason, e.g. "pvera: not in peft 0.18.1 (no peft.PeftType.PVERA, peft.PveraConfi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import ClassVar
 
@@ -145,6 +145,12 @@ _KV_PREFIX_LIMITS = {
     **_NO_WEIGHTS_TO_MERGE,
     Architecture("bert"): _PREFIX_NOT_BERT,
     Operation("gradient-checkpointing"): _GC_PREFIX,
+}
+# Architectures of the zoo with no weight kept as nn.Parameter (ModelSpec.expert_parameters) for target_parameters.
+_NO_EXPERT_PARAMETERS = {
+    Architecture(arch): "no nn.Parameter target (MoE experts) in this architecture"
+    for arch in ARCHITECTURES
+    if not any(spec.expert_parameters for spec in MODELS.values() if spec.arch == arch)
 }
 _PROMPT_LIMITS = {**_NO_WEIGHTS_TO_MERGE, Operation("disable-adapter").on(Task(SEQ_CLS)): _PROMPT_SEQ_CLS}
 
@@ -295,6 +301,18 @@ _METHOD_LIST = [
         cannot_run={Operation("merge-unmerge").on(Architecture("llama")): _NO_MERGE_NO_BIAS},
         lifts={**_LORA_MIXES, **_LORA_SWAPS},
         note="lora_bias=True (bias on lora_B)",
+    ),
+    Method(
+        "lora-parameters",
+        "LORA",
+        "LoraConfig",
+        options.lora_parameters,
+        cannot_run={
+            **_NO_EXPERT_PARAMETERS,
+            Operation("mixed-batch"): "lora.ParamWrapper does not support mixed adapter batches yet (a ValueError)",
+        },
+        note="target_parameters on the MoE experts' gate_up_proj and down_proj (peft's ParamWrapper), no module; "
+        "r=8, alpha=16, dropout 0 (ParamWrapper refuses any other)",
     ),
     Method(
         "adalora",
@@ -605,6 +623,37 @@ _METHOD_LIST = [
     ),
 ]
 
+# Methods whose layers do not take GPT-2's Conv1D (gpt2-tiny's c_attn), in PEFT's words: what get_peft_model raises
+# (bench_models.check_registry --all --models gpt2-tiny, peft 0.21.2).
+_ONLY = "Target module Conv1D is not supported. Currently, only {} supported"
+_NO_CONV1D = {
+    "loha": "currently only adapters for Conv2d, Conv1d, Linear are supported (TypeError on Conv1D)",
+    "lokr": "currently only adapters for Conv2d, Conv1d, Linear are supported (TypeError on Conv1D)",
+    "boft": _ONLY.format("`torch.nn.Linear` and `torch.nn.Conv2d` (optionally quantized) are"),
+    "oft": _ONLY.format("`torch.nn.Linear`, `torch.nn.Conv2d`, `torch.nn.Embedding` (optionally quantized) are"),
+    "hra": _ONLY.format("`torch.nn.Linear` and `torch.nn.Conv2d` are"),
+    "poly": _ONLY.format("`torch.nn.Linear` is"),
+    "c3a": _ONLY.format("`torch.nn.Linear` is"),
+    "road": _ONLY.format("`torch.nn.Linear` is"),
+    "shira": _ONLY.format("`torch.nn.Linear` is"),
+    "lily": "Lily does not support target modules of type Conv1D yet",
+    "glora": "Target module Conv1D is not a plain torch.nn.Linear (after unwrapping); GLoRA does not support this "
+    "layer type",
+    "delora": _ONLY.format("`torch.nn.Linear` is"),
+    "miss": _ONLY.format("`torch.nn.Linear` (optionally quantized) is"),
+    "osf": "OSF wraps no Conv1D, so nothing is trainable (the optimizer gets an empty parameter list)",
+    "peanut": "PEANuT does not support target modules of type Conv1D yet",
+    "psoft": "Target module Conv1D is not supported by minimal PSOFT. Only torch.nn.Linear is supported",
+    "supertuning": _ONLY.format("`torch.nn.Linear` is"),
+    "beft": _ONLY.format("`torch.nn.Linear` is"),
+    "adamss": _ONLY.format("`torch.nn.Linear` is"),
+    "xlora": "X-LoRA fails to load LoRA experts on Conv1D ('Got unexpected keys!': the experts' c_attn lora_A/lora_B)",
+}
+_METHOD_LIST = [
+    replace(m, cannot_run={**m.cannot_run, Architecture("gpt2"): _NO_CONV1D[m.name]}) if m.name in _NO_CONV1D else m
+    for m in _METHOD_LIST
+]
+
 REGISTERED: dict[str, Method] = {m.name: m for m in _METHOD_LIST}
 
 # PeftTypes of older peft releases that a method here covers under their current name. Only those the installed
@@ -615,4 +664,81 @@ _RETIRED_PEFT_TYPES = {
 }
 EXCLUDED_PEFT_TYPES: dict[str, str] = {
     name: reason for name, reason in _RETIRED_PEFT_TYPES.items() if name in peft.PeftType.__members__
+}
+
+
+# ------------------------------------------------------------------------------ LoRA's variants
+
+# Every LoRA variant the installed peft declares is a method (bench_models.lora_variants), derived from PEFT's
+# declarations: its field, the value defaults give, its layer classes. An entry here makes it known (it has budgets,
+# so the gate no longer runs it as a new case) and gives what the declarations cannot, each once, by name.
+
+
+@dataclass(frozen=True)
+class KnownVariant:
+    """A LoRA variant the registry knows. ``value``: (spec) -> the value of its LoraConfig field where the derived one
+    (True for a flag, the config class's defaults) does not fit; ``cannot_run`` adds to what its variant class says,
+    ``lifts`` takes out what it rules out but PEFT has (``python -m bench_models.check_registry --unclaimed``)."""
+
+    value: Callable[[ModelSpec], object] | None = None
+    cannot_run: Mapping[Selector, str] = field(default_factory=dict)
+    lifts: Mapping[Selector, str] = field(default_factory=dict)
+    note: str = ""
+    batch_token_ids: tuple[int, ...] = ()
+
+
+_VARIANT_STATE_IS_LORA = "its adapter state is lora_A and lora_B only, which hotswap_adapter swaps"
+# aLoRA applies its weights from the last occurrence of these tokens on; make_batch puts them after the first token.
+ALORA_INVOCATION_TOKENS = (13, 17)
+
+
+def _block_diagonal_attention(spec: ModelSpec):
+    """BD-LoRA's two block-diagonal kinds, one on each attention projection the LoRA options target."""
+    first, second = spec.attention_modules[:2]
+    return peft.BdLoraConfig(target_modules_bd_a=[first], target_modules_bd_b=[second], nblocks=2)
+
+
+# Variant name (its LoraConfig field, or its init_lora_weights value) -> what the registry knows of it.
+LORA_VARIANTS: dict[str, KnownVariant] = {
+    "velora_config": KnownVariant(note="VeloraConfig defaults (64 groups: the tiny models' 64-wide inputs)"),
+    "alora_invocation_tokens": KnownVariant(
+        value=lambda spec: list(ALORA_INVOCATION_TOKENS),
+        cannot_run={Task(SEQ_CLS): CAUSAL_LM_ONLY},
+        lifts={Operation("hotswap"): _VARIANT_STATE_IS_LORA},
+        note=f"invocation tokens {list(ALORA_INVOCATION_TOKENS)}, in every row of the batch",
+        batch_token_ids=ALORA_INVOCATION_TOKENS,
+    ),
+    "monteclora_config": KnownVariant(
+        cannot_run={
+            Operation("gradient-checkpointing"): "MonteCLoRA's buffered sampler hands out the next sample on every"
+            " forward, so the recompute perturbs lora_A differently and the gradients differ",
+        },
+        note="MontecloraConfig defaults (8 samples)",
+    ),
+    "use_bdlora": KnownVariant(
+        value=_block_diagonal_attention,
+        cannot_run={
+            Architecture("gpt2"): "GPT-2 has one fused attention projection (c_attn), and BD-LoRA's two block-diagonal"
+            " kinds need two",
+        },
+        note="nblocks=2; block-diagonal lora_A on the first attention projection, lora_B on the second (the defaults "
+        "name no module, which PEFT refuses)",
+    ),
+    "kasa_config": KnownVariant(
+        cannot_run={
+            Operation("disable-adapter"): "KaSA truncates the base weight when the adapter is created, so the model"
+            " with the adapter disabled is not the base model",
+            Architecture("gpt2"): "PEFT: KaSA does not support `fan_in_fan_out=True` layers (GPT-2's Conv1D)",
+        },
+        note="KasaConfig defaults (truncates the base weight's r smallest singular values)",
+    ),
+    "mica": KnownVariant(
+        lifts={Operation("hotswap"): _VARIANT_STATE_IS_LORA},
+        note="init_lora_weights='mica' (lora_B frozen to the base weight's smallest singular vectors)",
+    ),
+}
+# Variants PEFT declares that get no method, with the reason.
+EXCLUDED_LORA_VARIANTS: dict[str, str] = {
+    "arrow_config": "Arrow routes among trained task adapters that peft.create_arrow_model loads from disk; the zoo"
+    " does not build them yet",
 }

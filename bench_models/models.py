@@ -40,6 +40,9 @@ class ModelSpec:
     embedding_module: str = ""
     head_module: str = ""  # lm_head / classifier, for modules_to_save
     layernorm_modules: tuple[str, ...] = ()
+    # Parameter-name suffixes (PEFT `target_parameters` style) of weights kept as nn.Parameter, not in a layer: MoE
+    # experts. Empty: the model has none (the lora-parameters method cannot run on it).
+    expert_parameters: tuple[str, ...] = ()
     attn_implementation: str = "sdpa"
     # The linear layers quantized after the random init (bench_models/quantized.py): "bnb-nf4", "bnb-fp4", "int8".
     quantization: str = ""
@@ -177,6 +180,67 @@ _TINY_SPECS = [
         embedding_module="embed_tokens",
         head_module="lm_head",
         layernorm_modules=("self_attn_layer_norm", "final_layer_norm"),
+    ),
+    ModelSpec(
+        key="gpt2-tiny",
+        arch="gpt2",
+        size="tiny",
+        task=CAUSAL_LM,
+        full_size=False,
+        # GPT-2's projections are transformers' Conv1D (weight stored in x out), the layer kind PEFT adapts with
+        # fan_in_fan_out; c_attn is the fused q/k/v projection. Its default dropouts are zeroed, as OPT's.
+        config={
+            "model_type": "gpt2",
+            **_ONE_LAYER,  # GPT2Config maps these names onto its own (n_embd, n_layer, n_head)
+            "max_position_embeddings": 256,
+            "resid_pdrop": 0.0,
+            "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0,
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+        },
+        attention_modules=("c_attn",),
+        # "mlp.c_proj", not "c_proj": attn.c_proj is the attention out-projection.
+        mlp_modules=("c_fc", "mlp.c_proj"),
+        embedding_module="wte",
+        head_module="lm_head",
+        layernorm_modules=("ln_1", "ln_2"),
+    ),
+    ModelSpec(
+        key="qwen3-moe-tiny",
+        arch="qwen3_moe",
+        size="tiny",
+        task=CAUSAL_LM,
+        full_size=False,
+        # Qwen3-MoE: every decoder layer sparse, its experts two 3-D nn.Parameters per layer (gate_up_proj,
+        # down_proj; transformers 5), routed top-2 of 4. No linear MLP is left, so the FFN-output module that IA3
+        # and the like need is the attention's out-projection, the block's last linear layer.
+        config={
+            "model_type": "qwen3_moe",
+            **_ONE_LAYER,
+            "intermediate_size": 128,
+            "moe_intermediate_size": 32,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "max_position_embeddings": 256,
+            "attention_dropout": 0.0,
+            "tie_word_embeddings": False,
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+        },
+        attention_modules=("q_proj", "v_proj"),
+        mlp_modules=("o_proj",),
+        embedding_module="embed_tokens",
+        head_module="lm_head",
+        layernorm_modules=("input_layernorm", "post_attention_layernorm"),
+        # PEFT's own tests target experts this way (tests/test_target_parameters.py: "mlp.experts.down_proj").
+        expert_parameters=("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
     ),
     ModelSpec(
         key="bert-tiny",

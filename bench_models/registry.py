@@ -1,12 +1,18 @@
-"""The methods the zoo compiles: the registry's entries (:mod:`bench_models.methods`), then a derived method for
-every PeftType of the installed peft they do not cover (:mod:`bench_models.derived_methods`)."""
+"""The methods the zoo compiles: the registry's entries (:mod:`bench_models.methods`), a method for every LoRA variant
+the installed peft declares (:mod:`bench_models.lora_variants`), then a derived method for every PeftType of the
+installed peft they do not cover (:mod:`bench_models.derived_methods`)."""
 
 from __future__ import annotations
 
 from .derived_methods import derived_methods
-from .methods import EXCLUDED_PEFT_TYPES, REGISTERED, Method
+from .lora_variants import lora_variant_methods
+from .methods import EXCLUDED_LORA_VARIANTS, EXCLUDED_PEFT_TYPES, LORA_VARIANTS, REGISTERED, Method
 
-METHODS: dict[str, Method] = {**REGISTERED, **derived_methods(REGISTERED, EXCLUDED_PEFT_TYPES)}
+METHODS: dict[str, Method] = {
+    **REGISTERED,
+    **lora_variant_methods(REGISTERED, LORA_VARIANTS, EXCLUDED_LORA_VARIANTS),
+    **derived_methods(REGISTERED, EXCLUDED_PEFT_TYPES),
+}
 
 
 def get_method(method_name: str) -> Method:

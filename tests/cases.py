@@ -332,6 +332,15 @@ SELECTION: tuple[Row, ...] = (
         ARCHITECTURE_SPECIFIC.plus("lora", "prompt-tuning"),
         "LoRA, the methods with architecture-specific code and the classifier's prompt path",
     ),
+    Row(
+        TRAIN_EVAL_TRAIN, "gpt2-tiny", named("lora"), "LoRA on GPT-2's Conv1D (fan_in_fan_out): a layer kind of its own"
+    ),
+    Row(
+        TRAIN_EVAL_TRAIN,
+        "qwen3-moe-tiny",
+        named("lora-parameters"),
+        "LoRA on MoE experts kept as nn.Parameter (target_parameters, peft's ParamWrapper), a layer kind of its own",
+    ),
     Row(TRAIN_EVAL_TRAIN, "llama-tiny-bnb4", named("lora"), "QLoRA on NF4 (DoRA on NF4 is at the recompile limit)"),
     Row(TRAIN_EVAL_TRAIN, "llama-tiny-int8", named(*QUANTIZED_DEFAULT_METHODS), "QLoRA's two setups on torchao int8"),
     Row(

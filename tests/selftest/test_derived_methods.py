@@ -124,3 +124,52 @@ def test_a_derived_case_fails_on_a_break_no_cause_explains_naming_its_line():
     assert "graph breaks (roots) 1/0" in verdict.message
     assert toys.planted_line("branch") in verdict.message
     assert "a method the registry does not know yet" in verdict.message
+
+
+# ------------------------------------------------------------------------------ LoRA's variants
+
+
+@pytest.fixture
+def toy_variant(monkeypatch):
+    """A pull request adding a LoRA variant as PEFT's recent ones came: a LoraConfig field with is_lora_variant (a
+    config class's defaults) and an entry in Linear.lora_variants (a variant class copied from KaSA's)."""
+    from peft.tuners.lora import layer, variants
+
+    @dataclasses.dataclass
+    class ToyLoraConfig(peft.LoraConfig):
+        toy_config: peft.KasaConfig | None = dataclasses.field(default=None, metadata={"is_lora_variant": True})
+
+    toy_class = type("ToyLinearVariant", (variants.KasaLinearVariant,), {})
+    declared = layer.Linear.lora_variants.fget(None)
+    monkeypatch.setattr(peft, "LoraConfig", ToyLoraConfig)
+    monkeypatch.setattr(layer.Linear, "lora_variants", property(lambda self: {**declared, ("toy_config",): toy_class}))
+    return toy_class
+
+
+def test_a_new_lora_variant_gets_a_derived_method_read_from_its_variant_class(toy_variant):
+    from bench_models.lora_variants import lora_variant_methods
+    from bench_models.methods import EXCLUDED_LORA_VARIANTS, LORA_VARIANTS
+
+    method = lora_variant_methods(REGISTERED, LORA_VARIANTS, EXCLUDED_LORA_VARIANTS)["lora-toy"]
+    assert method.derived and method.peft_type == "LORA"
+    assert method.supports("merge-unmerge") and method.supports("mixed-batch")  # KaSA's merges, Linear mixes
+    config = method.make_config(LLAMA)
+    assert isinstance(config.toy_config, peft.KasaConfig) and config.target_modules == {"q_proj", "v_proj"}
+
+
+def test_a_variant_the_registry_knows_is_not_derived_and_one_a_registry_entry_sets_gets_no_method(toy_variant):
+    from bench_models.lora_variants import lora_variant_methods
+    from bench_models.methods import KnownVariant
+
+    methods = lora_variant_methods(REGISTERED, {"toy_config": KnownVariant(note="toy")}, ("arrow_config",))
+    assert not methods["lora-toy"].derived and methods["lora-toy"].note == "toy"
+    assert "lora-dora" not in methods and "lora-arrow" not in methods  # lora-dora sets use_dora; arrow excluded
+
+
+def test_a_variant_whose_merge_only_raises_cannot_merge_naming_the_function():
+    from peft.tuners.lora import variants
+
+    from bench_models.lora_variants import merge_limit
+
+    assert merge_limit(variants.ALoraLinearVariant) == "ALoraLinearVariant.merge_safe raises NotImplementedError"
+    assert merge_limit(variants.KasaLinearVariant) is None

@@ -535,7 +535,7 @@ def _clear_outputs(out: Path) -> None:
     for side in ("base", "head"):
         for suffix in (".json", ".log", "-install.log", "-environment.txt", "-failed-cases.log", "-matrix.md"):
             (out / f"{side}{suffix}").unlink(missing_ok=True)
-    for name in ("diff.md", "selection.md", "selected-cases.txt", "base-cases.txt", "head-compared.json"):
+    for name in ("diff.md", "selection.md", "selected-cases.txt", "base-cases.txt", "head-compared.json", NOT_JUDGED):
         (out / name).unlink(missing_ok=True)
     shutil.rmtree(out / "torch-trace", ignore_errors=True)
 
@@ -612,6 +612,7 @@ class Chosen:
     build_only: tuple[str, ...] = ()  # of those, the ones to compare builds of before running them
     tables_gaining: tuple[str, ...] = ()  # the tables the change adds keys to (Selection.tables_gaining)
     names_rebound: tuple[str, ...] = ()  # module-level names the change binds anew (Selection.names_rebound)
+    unjudged: tuple[str, ...] = ()  # the changes no recorded case runs (Selection.unjudged)
 
 
 def choose_selection(opts: Options, sources: tuple[Path, Path] | None) -> Chosen:
@@ -628,13 +629,37 @@ def choose_selection(opts: Options, sources: tuple[Path, Path] | None) -> Chosen
         durations = REPO / "tests" / "durations.json"
         chosen.args.extend(["--splits", str(splits), "--group", str(group), "--durations-path", str(durations)])
         chosen.lines.append(f"shard {group} of {splits} of that selection (pytest-split, by tests/durations.json)")
+    if chosen.unjudged:
+        chosen.lines.append(f"not judged: {len(chosen.unjudged)} change(s) that no recorded case runs ({NOT_JUDGED})")
     for line in chosen.lines:
         say(f"selection: {line}")
     (opts.out / "selection.md").write_text("".join(f"- {line}\n" for line in chosen.lines), encoding="utf-8")
+    if chosen.unjudged:
+        text = "".join(f"- {reason.strip()}\n" for reason in chosen.unjudged)
+        heading = f"## Not judged: changed code no compile case runs ({len(chosen.unjudged)})"
+        (opts.out / NOT_JUDGED).write_text(f"\n{heading}\n\n{text}", encoding="utf-8")
     return chosen
 
 
+NOT_JUDGED = "not-judged.md"  # the changes no case runs, appended to diff.md whatever the verdict
+
+
+def note_unjudged(opts: Options, status: int) -> int:
+    """diff.md ends with the changed code no case runs: a green verdict says what it could not see."""
+    listing = opts.out / NOT_JUDGED
+    if status in (EXIT_OK, EXIT_REGRESSION) and listing.is_file():
+        with (opts.out / "diff.md").open("a", encoding="utf-8") as diff:
+            diff.write(listing.read_text(encoding="utf-8"))
+        say(f"not judged: the changed code no compile case runs is listed at the end of {shown(opts.out / 'diff.md')}")
+    return status
+
+
 def _selection_by_change(opts: Options, base_source: Path, head_source: Path) -> Chosen:
+    footprints, selection = _select(opts, base_source, head_source)
+    return dataclasses.replace(_chosen_by_change(opts, footprints, selection), unjudged=selection.unjudged)
+
+
+def _select(opts: Options, base_source: Path, head_source: Path) -> tuple[Footprints, Selection]:
     if not opts.footprints.is_file():
         raise GateError(f"--select change: no footprints file {opts.footprints} (or choose --select default|full)")
     try:
@@ -646,6 +671,10 @@ def _selection_by_change(opts: Options, base_source: Path, head_source: Path) ->
     base_version = _source_version(base_source)
     if recorded and base_version and recorded != base_version:
         say(f"selection: note: the footprints were recorded on peft {recorded}, base is {base_version}")
+    return footprints, selection
+
+
+def _chosen_by_change(opts: Options, footprints: Footprints, selection: Selection) -> Chosen:
     if selection.nothing_executes_differently:
         return Chosen(
             [],
@@ -972,7 +1001,7 @@ def main(argv: Sequence[str] | None = None, shell: Shell | None = None, prog: st
         opts = parse_args(sys.argv[1:] if argv is None else argv, prog)
         work, temporary = _work_dir(opts)
         try:
-            return gate(opts, shell or Shell(), work)
+            return note_unjudged(opts, gate(opts, shell or Shell(), work))
         finally:
             if temporary:
                 shutil.rmtree(work, ignore_errors=True)

@@ -74,6 +74,8 @@ class Selection:
     # Module-level names the change's own statements bind anew (``module.NAME``), and those computed from them at
     # import: their readers are selected on their own, so a build that differs by their values alone builds the same.
     names_rebound: tuple[str, ...] = ()
+    # The changes no recorded case runs (and no new case stands for): code the gate cannot judge, each named.
+    unjudged: tuple[str, ...] = ()
 
     @property
     def nothing_executes_differently(self) -> bool:
@@ -606,6 +608,7 @@ def select(
         build_only=() if everything else tuple(sorted(cases - firm)),
         tables_gaining=tuple(sorted(set().union(*(pick.gains for pick in picks)))),
         names_rebound=() if everything else rules.rebound(changes),
+        unjudged=tuple(p.reason for p in ordered if p.cases is not EVERYTHING and not p.cases and not p.new_cases),
     )
 
 

@@ -744,3 +744,14 @@ def test_a_name_a_module_imports_reaches_readers_through_a_package_above_only_if
     footprints = Footprints(("m/a/x",), {"toy/tuners.py::pick": frozenset({"m/a/x"})})
     chosen = select_between(footprints, *_packages(tmp_path, files, head))
     assert chosen.cases == selected, chosen.reasons
+
+
+def test_changed_code_no_case_runs_is_named_as_not_judged(tmp_path):
+    layer = BASE["layer.py"] + "\n\nclass Conv:\n    def forward(self, x):\n        return x\n"
+    base = _toy(tmp_path / "base", {"layer.py": layer})
+    head = _toy(tmp_path / "head", {"layer.py": layer.replace("return x\n", "return x * 2\n")})
+    chosen = select_between(TOY_FOOTPRINTS, base, head)
+    assert chosen.cases == ()
+    assert [reason.split(": ")[0] for reason in chosen.unjudged] == ["toy/layer.py::Conv.forward"], chosen.reasons
+    judged = _select(tmp_path / "judged", {"layer.py": BASE["layer.py"].replace("return helper()", "return 1")})
+    assert judged.cases and judged.unjudged == ()

@@ -864,3 +864,15 @@ def test_the_diff_names_selected_cases_without_a_record_only_where_the_gate_know
     [command] = shell.ran("compile_audit.artifacts.diff")
     selected = [command[command.index("--selected") + 1]] if "--selected" in command else []
     assert selected == ([str(tmp_path / "out" / "selected-cases.txt")] if exact else [])
+
+
+def test_changed_code_no_case_runs_is_listed_as_not_judged_in_selection_md_and_diff_md(run_gate, tmp_path):
+    shell = FakeShell()
+    reason = "toy/conv.py::Conv.forward: changed at its entry: run by 0 case(s)"
+    shell.selection = Selection(False, (), (reason,), ("toy/conv.py",), unjudged=(reason,))
+    status, out, _ = run_gate(shell)
+    assert status == 0
+    assert "not judged: 1 change(s) that no recorded case runs" in (tmp_path / "out" / "selection.md").read_text()
+    diff = (tmp_path / "out" / "diff.md").read_text()
+    assert f"## Not judged: changed code no compile case runs (1)\n\n- {reason}\n" in diff
+    assert "not judged: the changed code no compile case runs is listed" in out

@@ -109,7 +109,7 @@ def test_a_default_limit_goes_only_when_lifted_by_name_with_a_reason():
         (Operation("merge"), "unknown operation 'merge'"),
         (Architecture("llama2"), "unknown architecture 'llama2'"),
         (Task("classification"), "unknown task 'classification'"),
-        (Operation("hotswap").on(Architecture("gpt2")), "unknown architecture 'gpt2'"),
+        (Operation("hotswap").on(Architecture("gpt3")), "unknown architecture 'gpt3'"),
         (Operation("generat").on(Task(SEQ_CLS)), "unknown operation 'generat'"),
         ("hotswap", "'hotswap', which is not a selector"),
         (Operation("hotswap").on(Operation("generate")), "Operation('generate') where an Architecture or a Task"),

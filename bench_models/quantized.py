@@ -117,7 +117,10 @@ def _torchao_int8(model):
     head = model.get_output_embeddings()
     quantize_(
         model,
-        Int8WeightOnlyConfig(),
+        # Not torchao's recommended inductor settings: they would change, for the whole process, what every later case
+        # compiles (torchao 0.17 also sets float32 matmul precision). Version 2 (Int8Tensor) is 0.18's default; pinned
+        # so that the tensor PEFT wraps does not follow the installed torchao.
+        Int8WeightOnlyConfig(set_inductor_config=False, version=2),
         filter_fn=lambda module, _: isinstance(module, torch.nn.Linear) and module is not head,
     )
     return model

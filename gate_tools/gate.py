@@ -12,14 +12,14 @@ A change that selects no case ends there, with exit 0 and the reason, before any
 
 Head then runs the selection in a fresh virtualenv with torch (``--torch``, default: the torch version of the
 Python running this script), this gate's dependencies with transformers pinned to the version the budgets were
-recorded with (``--unpinned`` lifts it), and head's PEFT. When head's installed versions are the budgets' own, a
-case head passes cannot have regressed (the budgets judged it), so base runs only the cases head failed; on other
-versions base runs the whole selection. Base gets the same torch and pins. Both sides run a snapshot of this
-checkout taken at the start, with their own inductor cache, and write into OUT: ``base.json``/``head.json``
-(compile reports), ``base.log``/``head.log`` (pytest), ``*-install.log`` (pip), ``*-environment.txt`` (pip
-freeze), ``selection.md``, ``head-matrix.md`` and ``diff.md`` (python -m compile_audit.artifacts.diff). Nothing is
-installed
-into the calling Python and nothing is written into the checkout.
+recorded with and the pins of tests/install_pins.txt (``--unpinned`` lifts both), and head's PEFT. When head's
+installed versions are the budgets' own, a case head passes cannot have regressed (the budgets judged it), so base
+runs only the cases head failed; on other versions base runs the whole selection. Base gets the same torch and pins.
+Both sides run a snapshot of this checkout taken at the start, with their own inductor cache, and write into OUT:
+``base.json``/``head.json`` (compile reports), ``base.log``/``head.log`` (pytest), ``*-install.log`` (pip),
+``*-environment.txt`` (pip freeze), ``selection.md``, ``head-matrix.md`` and ``diff.md`` (python -m
+compile_audit.artifacts.diff). Nothing is installed into the calling Python and nothing is written into the
+checkout.
 
 Exit status: 0 when nothing regressed, 1 when head regressed, 2 for the gate's own failure (bad arguments, an install
 failure, an unusable report, a report in which no case ran to a verdict: the GPU tier without CUDA), with the reason
@@ -164,8 +164,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument(
         "--unpinned",
         action="store_true",
-        help="install the newest transformers pip allows instead of the budgets' recorded one (base then runs the"
-        " whole selection: the budgets cannot judge head alone on other versions)",
+        help="install the newest transformers (and dependencies) pip allows instead of the budgets' recorded one and"
+        " tests/install_pins.txt (base then runs the whole selection: the budgets cannot judge head alone on other"
+        " versions)",
     )
     return parser
 
@@ -821,6 +822,18 @@ def recorded_versions(snapshot: Path) -> dict[str, str]:
     return {name: str(version) for name, version in versions.items()}
 
 
+def install_pins(snapshot: Path) -> list[str]:
+    """The dependency pins of tests/install_pins.txt (pip requirements, one a line, ``#`` comments)."""
+    path = snapshot / "tests" / "install_pins.txt"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as error:
+        raise GateError(f"{path}: unreadable pins file: {error}") from None
+    return [pin for line in lines if (pin := line.split("#")[0].strip())]
+
+
 def _installed(shell: Shell, side: Side, snapshot: Path, names: Sequence[str]) -> dict[str, str]:
     env = side.env(snapshot)
     return {name: version for name in names if (version := _installed_version(shell, side, env, name))}
@@ -917,6 +930,7 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
         return _no_run(opts, "the change selects no compile case (selection.md)")
     recorded = recorded_versions(snapshot)
     pins = [] if opts.unpinned or "transformers" not in recorded else [f"transformers=={recorded['transformers']}"]
+    pins += [] if opts.unpinned else install_pins(snapshot)
     torch_version, _ = install(shell, head, opts, snapshot, opts.torch, pins)
     base_installed = False
     if chosen.build_only:

@@ -272,10 +272,18 @@ def test_on_other_versions_than_the_budgets_base_runs_the_whole_selection(run_ga
     assert (tmp_path / "work" / "head" / "constraints.txt").read_text().split() == ["torch==2.13.0+cpu"]  # no pin
 
 
-def test_transformers_is_pinned_to_the_budgets_version_unless_unpinned(run_gate, tmp_path):
+def test_transformers_and_the_install_pins_are_pinned_unless_unpinned(run_gate, tmp_path):
     run_gate(FakeShell())
     constraints = (tmp_path / "work" / "head" / "constraints.txt").read_text().split()
-    assert constraints == ["torch==2.13.0+cpu", "transformers==5.24.0"]
+    assert constraints[:2] == ["torch==2.13.0+cpu", "transformers==5.24.0"]
+    assert "torchao==0.17.0" in constraints[2:]  # tests/install_pins.txt
+
+
+def test_install_pins_are_requirements_without_comments(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "install_pins.txt").write_text("# why\n\nfoo==1.0  # because\nbar>=2\n")
+    assert gate.install_pins(tmp_path) == ["foo==1.0", "bar>=2"]
+    assert gate.install_pins(tmp_path / "nowhere") == []
 
 
 def test_a_change_to_no_executed_code_runs_nothing_and_exits_0(run_gate, tmp_path):

@@ -30,7 +30,11 @@ def pytest_compile_gate_versions(config: pytest.Config) -> dict[str, str]:
 
 
 def pytest_compile_gate_policy(case: Case, audited: bool, config: pytest.Config) -> CompilePolicy:
-    return case.compile_policy(audited, fake_tensor_cache=config.getoption("--fake-tensor-cache"))
+    return case.compile_policy(
+        audited,
+        fake_tensor_cache=config.getoption("--fake-tensor-cache"),
+        regional=config.getoption("--compile-regions"),
+    )
 
 
 @pytest.fixture

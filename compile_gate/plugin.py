@@ -431,6 +431,7 @@ def case_audit(request: pytest.FixtureRequest, case: Any, compile_policy: Compil
         backend=case.backend,
         under_test=tuple(request.config.getini("compile_footprint_packages")),
         dynamic=compile_policy.dynamic if compile_policy is not None else None,
+        regional=compile_policy.regional if compile_policy is not None else False,
         on_phase=notes.phase_started if (notes := request.config.stash.get(NOTES, None)) else None,
     )
     request.node.stash[AUDIT] = audit

@@ -71,9 +71,10 @@ class Case:
         """The dtype the case's model is built in (a ``torch`` attribute name); None: the model's own (fp32)."""
         return "bfloat16" if self.tier == "cuda" else None
 
-    def compile_policy(self, audited: bool, fake_tensor_cache: bool = False) -> CompilePolicy:
+    def compile_policy(self, audited: bool, fake_tensor_cache: bool = False, regional: bool = False) -> CompilePolicy:
         """The settings the case runs under besides its backend (applied and recorded by the gate); ``audited``: its
-        test is judged for parity, ``fake_tensor_cache``: keep Dynamo's cache on in the CPU tier too."""
+        test is judged for parity, ``fake_tensor_cache``: keep Dynamo's cache on in the CPU tier too, ``regional``:
+        compile each repeated block instead of the whole model."""
         dynamo = {}
         # Dynamo's fake-tensor cache makes each fresh tiny model trace slower, not faster: a case builds new modules,
         # so nearly every lookup misses and pays for the entry it stores. A CPU-tier case judges what Dynamo does
@@ -95,7 +96,9 @@ class Case:
         # Every dimension dynamic from the first compile: a scenario's batches change length between phases, and a
         # case judges PEFT's code, not automatic dynamic's one recompile per new length (the dynamic-modes scenario
         # judges that, with dynamic=None named at its call).
-        return CompilePolicy(dynamo=dynamo, inductor=inductor, attention=attention, threads=1, dynamic=True)
+        return CompilePolicy(
+            dynamo=dynamo, inductor=inductor, attention=attention, threads=1, dynamic=True, regional=regional
+        )
 
     @property
     def tolerance(self) -> dict[str, float]:

@@ -5,8 +5,10 @@ the same seeded batches for the same number of train steps, so their final losse
 released before each measured model. The compiled run is audited by phase: ``first-step`` (the compile), ``eval``
 (the train -> eval recompile), ``steady`` (warm-up and timed steps, via ``benchmark.pedantic``). A compiled run that
 hit Dynamo's recompile limit is partly eager: its figures are recorded, its speedup is not claimed. Every compile
-time comes with the state of inductor's caches (fresh, warm or mixed). Every figure goes into
-``benchmark.extra_info`` (``--benchmark-json``, ``--benchmark-compare``) and into the compile report's
+time comes with the state of inductor's caches (fresh, warm or mixed), and the first step's and the eval step's are
+split into Dynamo, AOTAutograd and the backend, with the compile attempts (compile_audit.probe.compile_cost).
+``--compile-regions`` compiles each decoder layer once instead of the whole model (``compile_scope``). Every figure
+goes into ``benchmark.extra_info`` (``--benchmark-json``, ``--benchmark-compare``) and into the compile report's
 ``benchmarks`` for the case. Nothing here is asserted about speed or memory: timings are reported, never asserted.
 
 ``pytest -m gpu`` runs it on CUDA (each xdist worker on its own GPU, through the ``device`` fixture;
@@ -21,6 +23,7 @@ import torch
 
 from bench_models import eval_step, make_batch, make_optimizer, train_step
 from compile_audit.probe.compile_cache import CacheWatch
+from compile_audit.probe.compile_cost import CompileCostWatch
 from compile_audit.probe.memory import MemorySampler, release_memory
 from compile_audit.probe.recompiles import PhaseAudit
 from compile_audit.probe.timing import StepTimer, summarize_times
@@ -89,7 +92,7 @@ def test_train_step_benchmark(
 
     # Compiled: first step (compile), an eval step (recompile for eval mode + no_grad), then the steady state.
     reset_dynamo()
-    audit = PhaseAudit(backend=case.backend, dynamic=compile_policy.dynamic)
+    audit = PhaseAudit(backend=case.backend, dynamic=compile_policy.dynamic, regional=compile_policy.regional)
     model = make_peft_model(**overrides)
     optimizer = make_optimizer(model)
     compiled = audit.compile(model)
@@ -98,9 +101,9 @@ def test_train_step_benchmark(
     def step(model=compiled, optimizer=optimizer) -> None:  # bound now: both are deleted at the end
         _run(model, optimizer, batches, timer, memory, losses)
 
-    with CacheWatch() as first_cache, audit.phase("first-step", "train") as first:
+    with CacheWatch() as first_cache, CompileCostWatch() as first_cost, audit.phase("first-step", "train") as first:
         step()
-    with CacheWatch() as eval_cache, audit.phase("eval", "eval") as evaluation:
+    with CacheWatch() as eval_cache, CompileCostWatch() as eval_cost, audit.phase("eval", "eval") as evaluation:
         memory.before_step()
         eval_step(compiled, eval_batch)
         memory.after_step()
@@ -120,6 +123,9 @@ def test_train_step_benchmark(
         "compile_seconds": round(sum(p.compile_seconds for p in phases), 3),
         "first_step_compile_seconds": round(first.compile_seconds, 3),
         "eval_compile_seconds": round(evaluation.compile_seconds, 3),
+        **first_cost.cost.to_dict("first_step_"),
+        **eval_cost.cost.to_dict("eval_"),
+        "compile_scope": "regional" if compile_policy.regional else "whole",
         **{f"first_step_{name}": value for name, value in first_cache.to_dict().items()},
         **{f"eval_{name}": value for name, value in eval_cache.to_dict().items()},
         "first_step_ms": round(timer.samples[0] * 1000, 3),

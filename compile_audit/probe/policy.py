@@ -1,5 +1,6 @@
 """The settings a case compiles under besides its backend: Dynamo's and Inductor's config, the attention kernel, the
-number of intra-op threads and whether shapes compile dynamic. They change what is measured, so a zoo declares them
+number of intra-op threads, whether shapes compile dynamic and whether the model compiles whole or block by block
+(regional). They change what is measured, so a zoo declares them
 per case, the gate applies them around the test (the ``compile_gate`` plugin) and the case's report record carries
 them."""
 
@@ -25,6 +26,7 @@ class CompilePolicy:
     attention: str | None = None  # a torch.nn.attention.SDPBackend member ("MATH"); None: torch's own choice
     threads: int | None = None  # torch.set_num_threads for the test; None: the process's
     dynamic: bool | None = None  # torch.compile's dynamic= for what the case compiles; None: automatic dynamic shapes
+    regional: bool = False  # each repeated block compiled once (compile_audit.probe.regions), not the whole model
 
     def __post_init__(self) -> None:
         for name in self.dynamo:
@@ -71,6 +73,7 @@ class CompilePolicy:
             attention=data.get("attention"),
             threads=data.get("threads"),
             dynamic=data.get("dynamic"),
+            regional=bool(data.get("regional", False)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,6 +89,8 @@ class CompilePolicy:
             data["threads"] = self.threads
         if self.dynamic is not None:
             data["dynamic"] = self.dynamic
+        if self.regional:
+            data["regional"] = True
         return data
 
 

@@ -29,6 +29,7 @@ from compile_audit.probe.footprint import note_traced_code
 from compile_audit.probe.frame_records import FrameRecords, compile_id_of
 from compile_audit.probe.graph_breaks import GraphBreak, GraphBreakReport, graph_break_of, stack_entry
 from compile_audit.probe.guards import GuardFailure, parse_guard_failure
+from compile_audit.probe.regions import NoRepeatedBlocks, compile_each_block
 
 _COMPILE_ID = re.compile(r"(\d+)/(\d+)$")
 # Dynamo's warning when a frame reaches its recompile limit: from then on the frame runs eagerly.
@@ -297,14 +298,21 @@ class PhaseAudit:
     ...     train_step(compiled, optimizer, batch)
     """
 
-    def __init__(self, backend: str | Callable[..., Any] = "eager", dynamic: bool | None = None) -> None:
+    def __init__(
+        self, backend: str | Callable[..., Any] = "eager", dynamic: bool | None = None, *, regional: bool = False
+    ) -> None:
         self.backend = CountingBackend(backend)
         self.dynamic = dynamic  # torch.compile's dynamic= unless a call names its own
+        self.regional = regional  # a module's repeated blocks compiled in place instead of the module (regions.py)
         self.phases: list[PhaseRecord] = []
         self._seen_transitions: set[tuple[str, str]] = set()
 
     def compile(self, fn: Any, **compile_kwargs: Any) -> Any:
         compile_kwargs.setdefault("dynamic", self.dynamic)
+        if self.regional:
+            if not isinstance(fn, torch.nn.Module):
+                raise NoRepeatedBlocks(f"regional compilation compiles a module's blocks, not {type(fn).__name__}")
+            return compile_each_block(fn, backend=self.backend, **compile_kwargs)
         return torch.compile(fn, backend=self.backend, **compile_kwargs)
 
     @contextlib.contextmanager

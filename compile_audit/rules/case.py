@@ -51,6 +51,7 @@ class CaseAudit:
         backend: str | Callable[..., Any] = "eager",
         under_test: tuple[str, ...] = (),
         dynamic: bool | None = None,
+        regional: bool = False,
         on_phase: Callable[[str], None] | None = None,
     ) -> None:
         self.case_id = case_id
@@ -58,6 +59,7 @@ class CaseAudit:
         self.budget = budget
         self.backend = backend
         self.dynamic = dynamic  # torch.compile's dynamic= (the case's compile policy) unless a call names its own
+        self.regional = regional  # each repeated block compiled, not the model (the case's compile policy)
         self.result = AuditResult(under_test=under_test)
         self.checks: list[tuple[str, str]] = []  # the scenario's failed checks: (check name, one line or section)
         self._phases: PhaseAudit | None = None
@@ -74,7 +76,7 @@ class CaseAudit:
     def _start(self) -> PhaseAudit:
         _first_compile()
         reset_dynamo()
-        self._phases = PhaseAudit(self.backend, self.dynamic)
+        self._phases = PhaseAudit(self.backend, self.dynamic, regional=self.regional)
         self.result.phases = self._phases.phases
         return self._phases
 

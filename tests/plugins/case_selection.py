@@ -40,6 +40,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="keep Dynamo's fake-tensor cache on for CPU-tier cases too (their compile seconds then read as a user's)",
     )
+    group.addoption(
+        "--compile-regions",
+        action="store_true",
+        help="compile each repeated block (decoder layer) once instead of the whole model; recorded in each case's"
+        " policy (the budgets are recorded whole: use it for the step benchmarks and their tables)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

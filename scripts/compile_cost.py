@@ -63,6 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", required=True, help=f"one of: {', '.join(bench_models.MODELS)}")
     parser.add_argument("--method", default="lora", help="a PEFT method of the zoo (default: lora)")
     parser.add_argument("--backend", default="aot_eager", help="torch.compile backend (default: aot_eager)")
+    parser.add_argument("--device", default="cpu", help="where the model is built and run (default: cpu)")
     parser.add_argument("--dtype", default=None, help="a torch dtype name the model is built in (e.g. bfloat16)")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--seq-len", type=int, default=64)
@@ -86,7 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def measure(model, variant: Variant, args: argparse.Namespace) -> dict[str, Any]:
     torch._dynamo.reset()
     model.get_base_model().config.use_cache = variant.use_cache
-    batch = bench_models.make_batch(args.model, args.method, batch_size=args.batch_size, seq_len=args.seq_len)
+    batch = bench_models.make_batch(
+        args.model, args.method, batch_size=args.batch_size, seq_len=args.seq_len, device=args.device
+    )
     optimizer = bench_models.make_optimizer(model)
     with torch._dynamo.config.patch(**variant.dynamo):
         audit = PhaseAudit(backend=args.backend, dynamic=True, regional=variant.regional)
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     dtype = getattr(torch, args.dtype) if args.dtype else None
     started = time.perf_counter()
-    model = bench_models.build_peft_model(args.model, args.method, dtype=dtype)
+    model = bench_models.build_peft_model(args.model, args.method, device=args.device, dtype=dtype)
     build_s = time.perf_counter() - started
     print(f"built {args.model} + {args.method} in {build_s:.0f} s", flush=True)
     rows = []
@@ -148,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(rows[-1]), flush=True)
     versions = bench_models.library_versions()
     header = (
-        f"{args.model} + {args.method}, {args.backend}, dynamic=True, batch {args.batch_size} x {args.seq_len} tokens,"
+        f"{args.model} + {args.method} on {args.device}, {args.backend}, dynamic=True,"
+        f" batch {args.batch_size} x {args.seq_len} tokens,"
         f" dtype {args.dtype or 'the model default'}; model built in {build_s:.0f} s; torch {versions['torch']},"
         f" transformers {versions['transformers']}, peft {versions['peft']}, {torch.get_num_threads()} threads"
     )

@@ -5,7 +5,11 @@
 #
 # STAGE (default all):
 #   gate    the train-eval-train cases of the slice (breaks, recompiles, parity) with the GPU tier's inductor
-#   bench   the step benchmarks of the slice: eager vs compiled step time, compile time, memory
+#   bench   the step benchmarks of the slice: eager vs compiled step time, compile time, memory; the session's
+#           compile artifacts saved to compile-artifacts.bin (WARM_FROM=<an earlier run's file> starts it warm)
+#   regional the step benchmark of LoRA on Llama-3.2-1B (or --only's) with each decoder layer compiled once
+#   cost    scripts/compile_cost.py: the first train step's compile of LoRA on Llama-3.2-1B split into Dynamo,
+#           AOTAutograd and the backend, whole and regional (--cpu: llama-small, aot_eager)
 #   table   scripts/compare_compile.py: no compile vs compile with / without the train/eval switch
 #   later   DoRA and LoHa (recompile-limit known failures on CPU) on llama-tiny and Llama-3.2-1B, gate and benchmarks
 #   all     gate, bench, table
@@ -22,12 +26,13 @@
 # cannot compile. Every file lands in OUTDIR as it is made; pytest runs under `timeout -s INT` (STAGE_TIMEOUT
 # seconds, default 420) so that its report and benchmark JSON are written even when time runs out.
 # Files: environment.txt (versions, GPU, smoke test), timings.txt, and per stage: pytest-STAGE.txt,
-# report-STAGE.json, benchmarks.json (bench), compile_budgets.toml (--record-budgets), table.md and table.txt.
+# report-STAGE.json, benchmarks.json and compile-artifacts.bin (bench), benchmarks-regional.json (regional),
+# compile-cost.md/.json/.txt (cost), compile_budgets.toml (--record-budgets), table.md and table.txt.
 # Exit status: 0 when every stage passed, else the first failing stage's; 3 when the smoke test fails.
 set -uo pipefail
 
 usage() {
-    echo "usage: $0 OUTDIR [--cpu] [--stage gate|bench|table|later|all|STAGE,STAGE...]" \
+    echo "usage: $0 OUTDIR [--cpu] [--stage gate|bench|regional|cost|table|later|all|STAGE,STAGE...]" \
         "[--only MODEL/METHOD[,...]] [--record-budgets]" >&2
     exit 2
 }
@@ -46,7 +51,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ $STAGE == all ]] && STAGE=gate,bench,table
 IFS=, read -r -a STAGES <<<"$STAGE"
-for stage in "${STAGES[@]}"; do case $stage in gate | bench | table | later) ;; *) usage ;; esac; done
+for stage in "${STAGES[@]}"; do case $stage in gate | bench | regional | cost | table | later) ;; *) usage ;; esac; done
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT" || exit 2
@@ -68,6 +73,8 @@ if [[ $CPU -eq 1 ]]; then
     BENCH_ARGS=(-m "not selftest" --gpu-tier-device cpu --gpu-bench-rounds 2 --gpu-bench-warmup 1 --gpu-bench-seq-len 16)
     TABLE_ARGS=(--model llama-tiny --method lora --steps 4 --batch-size 2 --seq-len 32 --eval-every 2
                 --device cpu --backend inductor)
+    COST_ARGS=(--model llama-small --method lora --device cpu --backend aot_eager --seq-len 16)
+    REGIONAL_SLICE=(llama-small/lora)
 else
     DEVICE=cuda
     SLICE=(llama-tiny/lora llama-tiny/ia3 llama-tiny/prompt-tuning llama-3.2-1b/lora)
@@ -76,11 +83,17 @@ else
     BENCH_ARGS=(-m gpu --gpu-bench-rounds 5 --gpu-bench-warmup 2 --gpu-bench-seq-len 256)
     TABLE_ARGS=(--model llama-3.2-1b --method lora --steps 6 --batch-size 4 --seq-len 256 --eval-every 3
                 --device cuda --backend inductor)
+    COST_ARGS=(--model llama-3.2-1b --method lora --device cuda --backend inductor --dtype bfloat16 --seq-len 256)
+    REGIONAL_SLICE=(llama-3.2-1b/lora)
 fi
+# The bench stage saves its compile artifacts beside its results; WARM_FROM=<an earlier run's file> starts it warm.
+ARTIFACT_ARGS=(--save-compile-artifacts "$OUTDIR/compile-artifacts.bin")
+if [[ -n ${WARM_FROM:-} ]]; then ARTIFACT_ARGS+=(--load-compile-artifacts "$WARM_FROM"); fi
 
 if [[ -n $ONLY ]]; then
     IFS=, read -r -a SLICE <<<"$ONLY"
     LATER=("${SLICE[@]}")
+    REGIONAL_SLICE=("${SLICE[@]}")
 fi
 
 commit() {
@@ -179,7 +192,22 @@ run_pytest() {
 gate() { run_pytest gate "$(k_of "${SLICE[@]}")" tests/test_train_eval_train.py "${GATE_ARGS[@]}"; }
 bench() {
     run_pytest bench "$(k_of "${SLICE[@]}")" tests/test_gpu_benchmarks.py "${BENCH_ARGS[@]}" \
-        --benchmark-json "$OUTDIR/benchmarks.json"
+        --benchmark-json "$OUTDIR/benchmarks.json" "${ARTIFACT_ARGS[@]}"
+}
+# The step benchmark again, each decoder layer compiled once instead of the whole model (the seed's table's third
+# column); its figures carry compile_scope = regional.
+regional() {
+    run_pytest regional "$(k_of "${REGIONAL_SLICE[@]}")" tests/test_gpu_benchmarks.py "${BENCH_ARGS[@]}" \
+        --compile-regions --benchmark-json "$OUTDIR/benchmarks-regional.json"
+}
+# The first train step's compile split into Dynamo, AOTAutograd and the backend, whole and regional.
+cost() {
+    local t; t=$(date +%s)
+    timeout -s INT -k 60 "$STAGE_TIMEOUT" "$PYTHON" scripts/compile_cost.py "${COST_ARGS[@]}" \
+        --variants whole-no-cache,regional --output "$OUTDIR/compile-cost.md" 2>&1 | tee "$OUTDIR/compile-cost.txt"
+    local status=${PIPESTATUS[0]}
+    section "compile cost (exit $status)" "$t"
+    return "$status"
 }
 later() {
     run_pytest later "$(k_of "${LATER[@]}")" tests/test_train_eval_train.py tests/test_gpu_benchmarks.py \

@@ -49,6 +49,15 @@ def _run(model, optimizer, batches, timer: StepTimer, memory: MemorySampler, los
     memory.after_step()
 
 
+def _without_kv_cache(model):
+    """A training step needs no KV cache; with one, each decoder layer writes its own slot, a guard per layer, and
+    regional compilation compiles every layer anew (docs/scenarios.md). Off for eager, whole and regional alike."""
+    config = getattr(model.get_base_model(), "config", None)
+    if getattr(config, "use_cache", None):
+        config.use_cache = False
+    return model
+
+
 def _speedup(eager_median: float, compiled_median: float, limit_hits) -> float | str | None:
     """eager / compiled; withheld when Dynamo gave up on a frame, since the "compiled" model then ran partly eagerly."""
     if limit_hits:
@@ -81,7 +90,7 @@ def test_train_step_benchmark(
     # Eager: warm-up steps, then timed ones; the memory of whatever ran before is released first, and the model is
     # freed before the compiled run starts.
     release_memory(device)
-    model = make_peft_model(**overrides)
+    model = _without_kv_cache(make_peft_model(**overrides))
     optimizer = make_optimizer(model)
     eager_timer, eager_memory, eager_losses = StepTimer(device), MemorySampler(device), []
     for _ in range(steps):
@@ -93,7 +102,7 @@ def test_train_step_benchmark(
     # Compiled: first step (compile), an eval step (recompile for eval mode + no_grad), then the steady state.
     reset_dynamo()
     audit = PhaseAudit(backend=case.backend, dynamic=compile_policy.dynamic, regional=compile_policy.regional)
-    model = make_peft_model(**overrides)
+    model = _without_kv_cache(make_peft_model(**overrides))
     optimizer = make_optimizer(model)
     compiled = audit.compile(model)
     timer, memory, losses = StepTimer(device), MemorySampler(device), []

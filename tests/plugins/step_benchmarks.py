@@ -9,6 +9,8 @@ Options (all optional):
   --gpu-bench-seq-len N        (default 512 on CUDA, 32 on CPU)
   --gpu-bench-models KEY,...   the models benchmarked (default: the GPU slice's on CUDA, llama-tiny on CPU; e.g.
                                llama-small, sized for CPU measurements)
+  --save-compile-artifacts F   the session's compile artifacts saved to F at its end (one process: not under xdist)
+  --load-compile-artifacts F   loaded before anything compiles: a later run starts warm (compile_audit.probe.warm_start)
 
 The figures go into pytest-benchmark's ``extra_info`` and, through the compile gate's
 ``record_compile_benchmarks`` fixture, into the ``benchmarks`` of the report's record of the same case id
@@ -18,10 +20,12 @@ The figures go into pytest-benchmark's ``extra_info`` and, through the compile g
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from bench_models import MODELS
+from compile_audit.probe.warm_start import WarmStartError, load_artifacts, save_artifacts
 from tests.cases import CORE_METHODS, GPU_MODELS, Case
 
 BENCHMARK_SCENARIO = "train-eval-train"  # the case whose report record receives the figures
@@ -60,6 +64,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     ):
         group.addoption(f"--gpu-bench-{name}", type=int, default=None, metavar="N", help=meaning)
     group.addoption("--gpu-bench-models", default=None, metavar="KEY,...", help="the models benchmarked")
+    group.addoption(
+        "--save-compile-artifacts",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="at the end of the session, this process's compile artifacts (inductor, AOTAutograd, autotuning) to FILE",
+    )
+    group.addoption(
+        "--load-compile-artifacts",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="before anything compiles, the artifacts an earlier run saved: its compiles start warm",
+    )
 
 
 def bench_settings(config: pytest.Config) -> BenchSettings:
@@ -97,6 +115,25 @@ def _models(config: pytest.Config, default: tuple[str, ...]) -> tuple[str, ...]:
 def pytest_configure(config: pytest.Config) -> None:
     bench_settings(config)  # a bad value is a usage error before anything runs
     _models(config, ())
+    artifacts = config.getoption("--load-compile-artifacts")
+    if artifacts is not None:
+        try:
+            load_artifacts(artifacts)
+        except WarmStartError as error:
+            raise pytest.UsageError(f"--load-compile-artifacts: {error}") from None
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    artifacts = session.config.getoption("--save-compile-artifacts")
+    if artifacts is not None and not hasattr(session.config, "workerinput"):
+        try:
+            size = save_artifacts(artifacts)
+        except WarmStartError as error:
+            print(f"\n--save-compile-artifacts: {error}")
+        else:
+            print(
+                f"\ncompile artifacts: {size} bytes in {artifacts} (--load-compile-artifacts starts a later run warm)"
+            )
 
 
 def benchmark_cases(config: pytest.Config) -> list[Case]:

@@ -372,7 +372,8 @@ def build_base_model(
         with torch.device("meta"):
             model = auto_cls.from_config(config, attn_implementation=spec.attn_implementation, dtype=dtype)
         model.to_empty(device=device)
-        _reinitialize(model, seed)
+        key = (model_key, str(device), str(dtype), seed, num_layers, repr(sorted((config_overrides or {}).items())))
+        _initialize_once_per_session(model, seed, key)
     else:
         model = auto_cls.from_config(config, attn_implementation=spec.attn_implementation)
         model.to(device=device, dtype=dtype)
@@ -392,6 +393,32 @@ def _randomize_biases(model, seed: int) -> None:
     for name, param in model.named_parameters():
         if name.endswith("bias"):
             param.copy_(torch.randn(param.shape, generator=gen) * 0.02)
+
+
+# The initial weights of the last full-size model built, kept on the CPU: initializing a billion parameters takes
+# minutes on a CPU, and a session builds the same model for several cases (eager and compiled runs, each scenario).
+# One model at a time bounds the memory it holds.
+_INITIAL_STATE: dict[tuple, dict[str, torch.Tensor]] = {}
+
+
+@torch.no_grad()
+def _initialize_once_per_session(model, seed: int, key: tuple) -> None:
+    """The seeded initialization of a full-size model, computed once per session and copied afterwards (parameters
+    and buffers, the non-persistent rotary ones included; tied weights tied again, as the initialization ties them)."""
+    state = _INITIAL_STATE.get(key)
+    if state is None:
+        _reinitialize(model, seed)
+        _INITIAL_STATE.clear()
+        _INITIAL_STATE[key] = {name: tensor.detach().to("cpu", copy=True) for name, tensor in _named_tensors(model)}
+        return
+    model.tie_weights()
+    for name, tensor in _named_tensors(model):
+        tensor.copy_(state[name])
+    _recompute_rotary_buffers(model)  # a plain original_inv_freq attribute (before transformers 5) is no buffer
+
+
+def _named_tensors(model) -> list[tuple[str, torch.Tensor]]:
+    return [*model.named_parameters(remove_duplicate=False), *model.named_buffers(remove_duplicate=False)]
 
 
 class UninitializedTensors(RuntimeError):

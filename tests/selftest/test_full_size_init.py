@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench_models import MODELS
+from bench_models import MODELS, models
 from bench_models.models import UninitializedTensors, auto_model_class, build_base_model, get_spec
 
 pytestmark = pytest.mark.selftest
@@ -55,7 +55,26 @@ def test_meta_build_matches_a_normal_build(key):
 
 def test_a_tensor_the_initialization_misses_is_named(monkeypatch):
     """to_empty() memory is NaN-filled first, so a missed tensor is an error, never silent garbage or zeros."""
+    monkeypatch.setattr(models, "_INITIAL_STATE", {})
     model_class = type(build_base_model(FULL_SIZE[0], num_layers=1, config_overrides=SMALL))
     monkeypatch.setattr(model_class, "init_weights", lambda self: None)
     with pytest.raises(UninitializedTensors, match=r"tensor\(s\) not initialized: .*embed_tokens"):
+        models._INITIAL_STATE.clear()  # built above: the session's copy would stand in for the initialization
         build_base_model(FULL_SIZE[0], num_layers=1, config_overrides=SMALL)
+
+
+def test_a_second_build_in_the_session_copies_the_first_ones_weights(monkeypatch):
+    monkeypatch.setattr(models, "_INITIAL_STATE", {})
+    first = build_base_model(FULL_SIZE[0], num_layers=1, config_overrides=SMALL)
+    calls = []
+    monkeypatch.setattr(models, "_reinitialize", lambda model, seed: calls.append(seed))
+    second = build_base_model(FULL_SIZE[0], num_layers=1, config_overrides=SMALL)
+    assert calls == []  # not initialized again
+    for (name, expected), actual in zip(first.state_dict().items(), second.state_dict().values(), strict=True):
+        assert torch.equal(actual, expected), name
+    assert torch.equal(dict(second.named_buffers())["model.rotary_emb.inv_freq"], first.model.rotary_emb.inv_freq)
+    tied = first.get_output_embeddings().weight is first.get_input_embeddings().weight
+    assert (second.get_output_embeddings().weight is second.get_input_embeddings().weight) == tied
+    other = build_base_model(FULL_SIZE[0], num_layers=1, config_overrides=SMALL, seed=1)
+    assert calls == [1]  # another seed: initialized anew
+    assert other is not None

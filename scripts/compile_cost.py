@@ -117,6 +117,16 @@ def measure(model, variant: Variant, args: argparse.Namespace) -> dict[str, Any]
     }
 
 
+def _eager_step_seconds(model, args: argparse.Namespace) -> float:
+    model.get_base_model().config.use_cache = False
+    batch = bench_models.make_batch(
+        args.model, args.method, batch_size=args.batch_size, seq_len=args.seq_len, device=args.device
+    )
+    started = time.perf_counter()
+    bench_models.train_step(model, bench_models.make_optimizer(model), batch)
+    return time.perf_counter() - started
+
+
 def table(rows: list[dict[str, Any]], header: str) -> str:
     lines = [
         header,
@@ -145,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     model = bench_models.build_peft_model(args.model, args.method, device=args.device, dtype=dtype)
     build_s = time.perf_counter() - started
     print(f"built {args.model} + {args.method} in {build_s:.0f} s", flush=True)
+    eager_s = _eager_step_seconds(model, args)  # what a step costs without compiling: the rest of a first step
+    print(f"one eager train step: {eager_s:.1f} s", flush=True)
     rows = []
     for name in args.variants.split(","):
         rows.append(measure(model, VARIANTS[name], args))
@@ -154,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.model} + {args.method} on {args.device}, {args.backend}, dynamic=True,"
         f" batch {args.batch_size} x {args.seq_len} tokens,"
         f" dtype {args.dtype or 'the model default'}; model built in {build_s:.0f} s; torch {versions['torch']},"
-        f" transformers {versions['transformers']}, peft {versions['peft']}, {torch.get_num_threads()} threads"
+        f" transformers {versions['transformers']}, peft {versions['peft']}, {torch.get_num_threads()} threads;"
+        f" one eager train step {eager_s:.1f} s"
     )
     text = table(rows, header)
     print(text)
@@ -162,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(text, encoding="utf-8")
         args.output.with_suffix(".json").write_text(
-            json.dumps({"header": header, "build_s": round(build_s, 1), "rows": rows}, indent=1) + "\n",
+            json.dumps(
+                {"header": header, "build_s": round(build_s, 1), "eager_step_s": round(eager_s, 1), "rows": rows},
+                indent=1,
+            )
+            + "\n",
             encoding="utf-8",
         )
     return 0

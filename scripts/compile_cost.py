@@ -48,6 +48,13 @@ VARIANTS = {
             "regional-cached", True, True, "each decoder layer, the KV cache on: each layer's cache slot is a guard"
         ),
         Variant(
+            "whole-float-specialized",
+            False,
+            False,
+            "the whole model, use_cache off, Python floats specialized (no tensorify restart)",
+            {"specialize_float": True},
+        ),
+        Variant(
             "regional-float-specialized",
             True,
             False,

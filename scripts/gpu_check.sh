@@ -197,14 +197,15 @@ bench() {
 # The step benchmark again, each decoder layer compiled once instead of the whole model (the seed's table's third
 # column); its figures carry compile_scope = regional.
 regional() {
+    local models; models=$(printf '%s\n' "${REGIONAL_SLICE[@]%%/*}" | sort -u | paste -sd, -)
     run_pytest regional "$(k_of "${REGIONAL_SLICE[@]}")" tests/test_gpu_benchmarks.py "${BENCH_ARGS[@]}" \
-        --compile-regions --benchmark-json "$OUTDIR/benchmarks-regional.json"
+        --gpu-bench-models "$models" --compile-regions --benchmark-json "$OUTDIR/benchmarks-regional.json"
 }
 # The first train step's compile split into Dynamo, AOTAutograd and the backend, whole and regional.
 cost() {
     local t; t=$(date +%s)
     timeout -s INT -k 60 "$STAGE_TIMEOUT" "$PYTHON" scripts/compile_cost.py "${COST_ARGS[@]}" \
-        --variants whole-no-cache,regional --output "$OUTDIR/compile-cost.md" 2>&1 | tee "$OUTDIR/compile-cost.txt"
+        --variants regional,whole-no-cache --output "$OUTDIR/compile-cost.md" 2>&1 | tee "$OUTDIR/compile-cost.txt"
     local status=${PIPESTATUS[0]}
     section "compile cost (exit $status)" "$t"
     return "$status"

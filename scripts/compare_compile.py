@@ -8,6 +8,8 @@ Three runs with the same seeds and batches:
   no compile                    eager training; validation in eval mode under no_grad
   compile w/ train/eval switch  validation: model.eval() + no_grad, then back to model.train()
   compile w/o switch            validation in train mode under no_grad (dropout stays on)
+and with --regional a fourth, the second with each decoder layer compiled once instead of the whole model
+(compile_audit.probe.regions). Every run trains with the model's use_cache off (a training step needs no KV cache).
 A validation step runs every ``--eval-every`` train steps. Memory is sampled after every step (train and
 validation) with the peak statistics reset before it; on CPU the memory rows read "n/a (CPU)".
 Figures are measurements on this machine, never a pass/fail.
@@ -35,6 +37,7 @@ RUNS = (
     ("compile w/ train/eval switch", True),
     ("compile w/o switch", False),
 )
+REGIONAL_RUN = ("regional compile w/ switch", True)  # --regional: each decoder layer compiled once
 EVAL_SEED = 10_000
 CPU_NA = "n/a (CPU)"
 
@@ -70,6 +73,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--dtype", choices=("bf16", "fp32"), default=None, help="default: bf16 on CUDA, fp32 on CPU")
     parser.add_argument("--output", type=Path, help="also write the markdown table to this file")
+    parser.add_argument("--regional", action="store_true", help="a fourth run: each repeated block compiled once")
     args = parser.parse_args(argv)
 
     if args.model not in bench_models.MODELS:
@@ -114,23 +118,27 @@ def validate(model, batch, switch: bool | None) -> None:
     model.train()
 
 
-def run(args: argparse.Namespace, switch: bool | None) -> dict:
-    """One run: None = no compile; True/False = compiled with/without the train/eval switch."""
+def run(args: argparse.Namespace, switch: bool | None, regional: bool = False) -> dict:
+    """One run: None = no compile; True/False = compiled with/without the train/eval switch; ``regional``: each
+    repeated block compiled instead of the whole model."""
     with ProcessPeak() as peak:
-        result = _run(args, switch)
+        result = _run(args, switch, regional)
     result["process_peak"] = peak.peak
     return result
 
 
-def _run(args: argparse.Namespace, switch: bool | None) -> dict:
+def _run(args: argparse.Namespace, switch: bool | None, regional: bool) -> dict:
     device = args.device
     dtype = torch.bfloat16 if args.dtype == "bf16" else None
     model = bench_models.build_peft_model(args.model, args.method, device=device, dtype=dtype)
+    config = getattr(model.get_base_model(), "config", None)
+    if getattr(config, "use_cache", None):
+        config.use_cache = False
     optimizer = bench_models.make_optimizer(model)
     audit = None
     if switch is not None:
         torch._dynamo.reset()
-        audit = PhaseAudit(backend=args.backend)
+        audit = PhaseAudit(backend=args.backend, regional=regional)
         model = audit.compile(model, dynamic=True)
     timer, memory = StepTimer(device), MemorySampler(device)
     eval_batch = bench_models.make_batch(
@@ -180,7 +188,7 @@ def table(args: argparse.Namespace, results: list[dict]) -> str:
         return [label] + [format_bytes(getattr(r["memory"], field), CPU_NA) if r["memory"] else CPU_NA for r in results]
 
     rows = [
-        ["metric", *(name for name, _ in RUNS)],
+        ["metric", *(name for name, _ in runs_of(args))],
         memory_row("reserved mem max", "reserved_max"),
         memory_row("reserved mem avg", "reserved_mean"),
         memory_row("reserved mem 99th", "reserved_p99"),
@@ -210,12 +218,16 @@ def table(args: argparse.Namespace, results: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def runs_of(args: argparse.Namespace) -> tuple[tuple[str, bool | None], ...]:
+    return (*RUNS, REGIONAL_RUN) if args.regional else RUNS
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     results = []
-    for name, switch in RUNS:
+    for name, switch in runs_of(args):
         print(f"[compare_compile] {name} ...", file=sys.stderr, flush=True)
-        results.append(run(args, switch))
+        results.append(run(args, switch, regional=(name, switch) == REGIONAL_RUN))
     text = table(args, results)
     print(text, end="")
     if args.output:

@@ -10,7 +10,7 @@
 #   regional the step benchmark of LoRA on Llama-3.2-1B (or --only's) with each decoder layer compiled once
 #   cost    scripts/compile_cost.py: the first train step's compile of LoRA on Llama-3.2-1B split into Dynamo,
 #           AOTAutograd and the backend, whole and regional (--cpu: llama-small, aot_eager)
-#   table   scripts/compare_compile.py: no compile vs compile with / without the train/eval switch
+#   table   scripts/compare_compile.py: no compile vs compile with / without the train/eval switch (and regional)
 #   later   DoRA and LoHa (recompile-limit known failures on CPU) on llama-tiny and Llama-3.2-1B, gate and benchmarks
 #   all     gate, bench, table
 # or several, comma-separated (--stage bench,table), run in that order.
@@ -82,7 +82,7 @@ else
     GATE_ARGS=(-m gpu)
     BENCH_ARGS=(-m gpu --gpu-bench-rounds 5 --gpu-bench-warmup 2 --gpu-bench-seq-len 256)
     TABLE_ARGS=(--model llama-3.2-1b --method lora --steps 6 --batch-size 4 --seq-len 256 --eval-every 3
-                --device cuda --backend inductor)
+                --device cuda --backend inductor --regional)
     COST_ARGS=(--model llama-3.2-1b --method lora --device cuda --backend inductor --dtype bfloat16 --seq-len 256)
     REGIONAL_SLICE=(llama-3.2-1b/lora)
 fi

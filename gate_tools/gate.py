@@ -536,7 +536,15 @@ def _clear_outputs(out: Path) -> None:
     for side in ("base", "head"):
         for suffix in (".json", ".log", "-install.log", "-environment.txt", "-failed-cases.log", "-matrix.md"):
             (out / f"{side}{suffix}").unlink(missing_ok=True)
-    for name in ("diff.md", "selection.md", "selected-cases.txt", "base-cases.txt", "head-compared.json", NOT_JUDGED):
+    for name in (
+        "diff.md",
+        "selection.md",
+        "selected-cases.txt",
+        "selected-unrecorded-on-head.txt",
+        "base-cases.txt",
+        "head-compared.json",
+        NOT_JUDGED,
+    ):
         (out / name).unlink(missing_ok=True)
     shutil.rmtree(out / "torch-trace", ignore_errors=True)
 
@@ -889,6 +897,16 @@ def write_compared_head(head: Side, base_cases: Sequence[str]) -> Path:
     return path
 
 
+def unrecorded_on_head(opts: Options, head: Side, selected: Path) -> Path:
+    """The selected cases head's whole report does not hold: where base ran only head's failures, the diff sees head's
+    report cut to those, and the cases head passed (judged by the budgets alone) must not read as never run."""
+    recorded = {case.id for case in read_report(head).cases}
+    path = opts.out / "selected-unrecorded-on-head.txt"
+    cases = [case for case in selected.read_text(encoding="utf-8").split() if case not in recorded]
+    path.write_text("".join(f"{case}\n" for case in cases), encoding="utf-8")
+    return path
+
+
 def _no_run(opts: Options, why: str, not_judged: NotJudged | None = None) -> int:
     """Exit 0 without a diff, saying why, and what head alone did not judge."""
     not_judged = not_judged or NotJudged()
@@ -995,6 +1013,8 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     # Head's new cases that failed are compared too: base lacks them, so the diff lists them as only head's.
     compared = write_compared_head(head, [*failing, *failed_new]) if failing is not None else head.report
     selected = opts.out / "selected-cases.txt" if selected_exactly(opts, chosen) else None  # chosen.listed
+    if selected is not None and failing is not None:
+        selected = unrecorded_on_head(opts, head, selected)
     status = run_diff(shell, base, head, snapshot, opts, compared, selected)
     missed = selection_misses(opts, base, head)
     if missed:

@@ -871,7 +871,21 @@ def test_the_diff_names_selected_cases_without_a_record_only_where_the_gate_know
     assert ("1 could not run (no record)" in out) is exact
     [command] = shell.ran("compile_audit.artifacts.diff")
     selected = [command[command.index("--selected") + 1]] if "--selected" in command else []
-    assert selected == ([str(tmp_path / "out" / "selected-cases.txt")] if exact else [])
+    assert selected == ([str(tmp_path / "out" / "selected-unrecorded-on-head.txt")] if exact else [])
+
+
+def test_cases_head_passed_are_not_named_as_never_run_when_base_reruns_only_its_failures(run_gate, tmp_path):
+    """peft#3514: head passes most of the selection and fails 21 cases that base fails alike; base reruns only those,
+    so the diff sees head's report cut to them. The cases head passed were judged by the budgets: not 'could not
+    run'. One selected case that no report holds still is."""
+    shell = fail_on_head(ShellWithTheDiff())
+    shell.selection = dataclasses.replace(ONE_CASE, cases=(*TOKENS, AUDITED["id"], "llama-tiny/lora/save-load"))
+    shell.reports["head"] = report(*(raised(case, "head") for case in TOKENS), AUDITED)
+    status, out, _ = run_gate(shell)
+    assert status == 0 and "2 case(s) fail on both sides" in out
+    assert "1 could not run (no record)" in out
+    written = (tmp_path / "out" / "diff.md").read_text(encoding="utf-8")
+    assert "- **llama-tiny/lora/save-load**" in written and f"- **{AUDITED['id']}**" not in written
 
 
 def test_changed_code_no_case_runs_is_listed_as_not_judged_in_selection_md_and_diff_md(run_gate, tmp_path):

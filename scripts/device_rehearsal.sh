@@ -27,12 +27,12 @@ cd "$COPY"
 status=0
 # The plan's stages, with its arguments (--only included), on CPU (results/README.md, "Device plan").
 PYTHON=$PYTHON scripts/gpu_check.sh "$OUT/gate" --cpu --stage gate --only llama-tiny/lora --record-budgets || status=$?
-PYTHON=$PYTHON scripts/gpu_check.sh "$OUT/bench" --cpu --stage bench,cost,table || status=$((status ? status : $?))
+PYTHON=$PYTHON scripts/gpu_check.sh "$OUT/bench" --cpu --stage bench,regional,cost,table || status=$((status ? status : $?))
 
 missing=()
 for file in gate/environment.txt gate/timings.txt gate/pytest-gate.txt gate/report-gate.json \
     gate/compile_budgets.toml bench/pytest-bench.txt bench/report-bench.json bench/benchmarks.json \
-    bench/compile-artifacts.bin bench/compile-cost.md bench/compile-cost.json bench/table.md bench/table.txt; do
+    bench/benchmarks-regional.json bench/compile-artifacts.bin bench/compile-cost.md bench/compile-cost.json bench/table.md bench/table.txt; do
     [[ -s $OUT/$file ]] || missing+=("$file")
 done
 echo "files under $OUT:"

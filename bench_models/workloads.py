@@ -57,6 +57,16 @@ def _rank_allocator(model):
     return getattr(tuner, "update_and_allocate", None)
 
 
+def set_kv_cache(model, on: bool):
+    """The PEFT model's base ``config.use_cache``, where it has one; returns ``model``. A training step needs no KV
+    cache; with one, each decoder layer writes its own slot, a guard per layer, so regional compilation compiles
+    every layer anew (docs/scenarios.md). The benchmarks turn it off for eager, whole and regional alike."""
+    config = getattr(model.get_base_model(), "config", None)
+    if config is not None and hasattr(config, "use_cache"):
+        config.use_cache = on
+    return model
+
+
 def train_step(model, optimizer, batch: dict[str, torch.Tensor], on_gradients=None) -> torch.Tensor:
     """One optimizer step; ``on_gradients()`` is called after the backward, while the gradients are there."""
     model.train()

@@ -130,10 +130,9 @@ def run(args: argparse.Namespace, switch: bool | None, regional: bool = False) -
 def _run(args: argparse.Namespace, switch: bool | None, regional: bool) -> dict:
     device = args.device
     dtype = torch.bfloat16 if args.dtype == "bf16" else None
-    model = bench_models.build_peft_model(args.model, args.method, device=device, dtype=dtype)
-    config = getattr(model.get_base_model(), "config", None)
-    if getattr(config, "use_cache", None):
-        config.use_cache = False
+    model = bench_models.set_kv_cache(
+        bench_models.build_peft_model(args.model, args.method, device=device, dtype=dtype), on=False
+    )
     optimizer = bench_models.make_optimizer(model)
     audit = None
     if switch is not None:

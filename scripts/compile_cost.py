@@ -93,7 +93,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def measure(model, variant: Variant, args: argparse.Namespace) -> dict[str, Any]:
     torch._dynamo.reset()
-    model.get_base_model().config.use_cache = variant.use_cache
+    bench_models.set_kv_cache(model, on=variant.use_cache)
     batch = bench_models.make_batch(
         args.model, args.method, batch_size=args.batch_size, seq_len=args.seq_len, device=args.device
     )
@@ -125,7 +125,7 @@ def measure(model, variant: Variant, args: argparse.Namespace) -> dict[str, Any]
 
 
 def _eager_step_seconds(model, args: argparse.Namespace) -> float:
-    model.get_base_model().config.use_cache = False
+    bench_models.set_kv_cache(model, on=False)
     batch = bench_models.make_batch(
         args.model, args.method, batch_size=args.batch_size, seq_len=args.seq_len, device=args.device
     )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench_models import eval_step, make_batch, make_optimizer, train_step
+from bench_models import eval_step, make_batch, make_optimizer, set_kv_cache, train_step
 from compile_audit.probe.compile_cache import CacheWatch
 from compile_audit.probe.compile_cost import CompileCostWatch
 from compile_audit.probe.memory import MemorySampler, release_memory
@@ -47,15 +47,6 @@ def _run(model, optimizer, batches, timer: StepTimer, memory: MemorySampler, los
     memory.before_step()
     losses.append(timer.time(train_step, model, optimizer, batches[step % len(batches)]))
     memory.after_step()
-
-
-def _without_kv_cache(model):
-    """A training step needs no KV cache; with one, each decoder layer writes its own slot, a guard per layer, and
-    regional compilation compiles every layer anew (docs/scenarios.md). Off for eager, whole and regional alike."""
-    config = getattr(model.get_base_model(), "config", None)
-    if getattr(config, "use_cache", None):
-        config.use_cache = False
-    return model
 
 
 def _speedup(eager_median: float, compiled_median: float, limit_hits) -> float | str | None:
@@ -90,7 +81,7 @@ def test_train_step_benchmark(
     # Eager: warm-up steps, then timed ones; the memory of whatever ran before is released first, and the model is
     # freed before the compiled run starts.
     release_memory(device)
-    model = _without_kv_cache(make_peft_model(**overrides))
+    model = set_kv_cache(make_peft_model(**overrides), on=False)
     optimizer = make_optimizer(model)
     eager_timer, eager_memory, eager_losses = StepTimer(device), MemorySampler(device), []
     for _ in range(steps):
@@ -102,7 +93,7 @@ def test_train_step_benchmark(
     # Compiled: first step (compile), an eval step (recompile for eval mode + no_grad), then the steady state.
     reset_dynamo()
     audit = PhaseAudit(backend=case.backend, dynamic=compile_policy.dynamic, regional=compile_policy.regional)
-    model = _without_kv_cache(make_peft_model(**overrides))
+    model = set_kv_cache(make_peft_model(**overrides), on=False)
     optimizer = make_optimizer(model)
     compiled = audit.compile(model)
     timer, memory, losses = StepTimer(device), MemorySampler(device), []

@@ -16,7 +16,7 @@ from .peft_models import add_adapter, build_method_base, build_peft_model
 from .registry import METHODS, get_method
 from .skip_reasons import operation_skip_reason, skip_reason
 from .slices import CORE_METHODS
-from .workloads import eval_step, make_batch, make_optimizer, set_kv_cache, train_step
+from .workloads import eval_step, make_batch, make_optimizer, model_inputs, set_kv_cache, train_step
 
 __all__ = [
     "CORE_METHODS",
@@ -36,6 +36,7 @@ __all__ = [
     "library_versions",
     "make_batch",
     "make_optimizer",
+    "model_inputs",
     "operation_skip_reason",
     "peft_lacks",
     "set_kv_cache",

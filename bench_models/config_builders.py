@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import peft
 
-from .models import CAUSAL_LM, ModelSpec
+from .models import CAUSAL_LM, SEQ_CLS, ModelSpec
 from .xlora_experts import expert_dirs
 
 Options = dict[str, object]
@@ -33,8 +33,12 @@ class Deferred:
     compute: Callable[[], object]
 
 
-def _task_type(spec: ModelSpec) -> str:
-    return "CAUSAL_LM" if spec.task == CAUSAL_LM else "SEQ_CLS"
+# PEFT's task type per zoo task; an image classifier has none (PEFT wraps it in a plain PeftModel).
+PEFT_TASK_TYPES = {CAUSAL_LM: "CAUSAL_LM", SEQ_CLS: "SEQ_CLS"}
+
+
+def _task_type(spec: ModelSpec) -> str | None:
+    return PEFT_TASK_TYPES.get(spec.task)
 
 
 def _pick(value, default):
@@ -88,6 +92,14 @@ def lora_trainable_tokens(spec, *, rank=None, dropout=None):
 
 def lora_bias(spec, *, rank=None, dropout=None):
     return lora_options(spec, rank, dropout, lora_bias=True)
+
+
+def lora_conv_groups(spec, *, rank=None, dropout=None):
+    """LoRA on the convolutions with groups > 1: PEFT needs a rank divisible by their groups (the largest one's
+    channels for a depthwise convolution), so the rank asked for is raised to that."""
+    groups = max(spec.config_dict().get("hidden_sizes", [1]))  # depthwise: groups = a stage's channels
+    r = max(_pick(rank, 8), groups)
+    return lora_options(spec, r - r % groups, dropout, target_modules=list(spec.grouped_conv_modules))
 
 
 def lora_parameters(spec, *, rank=None, dropout=None):
@@ -210,11 +222,29 @@ def trainable_tokens(spec, *, rank=None, dropout=None):
     }
 
 
-def xlora(spec, *, rank=None, dropout=None):
+def xlora(spec, *, rank=None, dropout=None, experts_on: Callable[[ModelSpec], list[str]] = _attn):
+    """X-LoRA mixing two random LoRA experts, which adapt ``experts_on(spec)`` (the attention projections)."""
     rank = _pick(rank, 8)
+    expert = lora_options(spec, rank, 0.0, target_modules=experts_on(spec))
     return {
         "task_type": _task_type(spec),
         "hidden_size": spec.hidden_size,
-        "adapters": Deferred(lambda: expert_dirs(spec, peft.LoraConfig(**lora_options(spec, rank, 0.0)))),
+        "adapters": Deferred(lambda: expert_dirs(spec, peft.LoraConfig(**expert))),
         "xlora_depth": 1,
     }
+
+
+def embedding(spec: ModelSpec) -> list[str]:
+    return [spec.embedding_module]
+
+
+def on_embedding(method_options: Callable[..., Options]) -> Callable[..., Options]:
+    """A method's options with its adapter on the input embedding instead of its default targets (X-LoRA: its
+    experts')."""
+    if method_options is xlora:
+        return lambda spec, *, rank=None, dropout=None: xlora(spec, rank=rank, dropout=dropout, experts_on=embedding)
+
+    def options(spec, *, rank=None, dropout=None) -> Options:
+        return {**method_options(spec, rank=rank, dropout=dropout), "target_modules": embedding(spec)}
+
+    return options

@@ -20,9 +20,9 @@ import importlib
 import inspect
 from collections.abc import Iterable, Mapping
 
-from .config_builders import NUM_VIRTUAL_TOKENS, Options
+from .config_builders import NUM_VIRTUAL_TOKENS, PEFT_TASK_TYPES, Options
 from .methods import _NO_WEIGHTS_TO_MERGE, Method, Operation, Selector
-from .models import CAUSAL_LM, ModelSpec
+from .models import ModelSpec
 
 ALL_LINEAR = "all-linear"
 DERIVED_NOTE = "derived from what PEFT declares (config defaults, target-module mapping); no registry entry yet"
@@ -84,7 +84,7 @@ def _options_for(config_class: type, mapping: Mapping[str, object], prompt_learn
     fields = set(getattr(config_class, "__dataclass_fields__", {}))
 
     def options(spec: ModelSpec, *, rank=None, dropout=None) -> Options:
-        kwargs: Options = {"task_type": "CAUSAL_LM" if spec.task == CAUSAL_LM else "SEQ_CLS"}
+        kwargs: Options = {"task_type": PEFT_TASK_TYPES.get(spec.task)}
         if prompt_learning:
             kwargs["num_virtual_tokens"] = NUM_VIRTUAL_TOKENS
         elif "target_modules" in fields:

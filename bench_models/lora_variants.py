@@ -19,8 +19,10 @@ Each variant is a method ``lora-<name>`` (``kasa_config`` -> ``lora-kasa``, ``us
   person who records its budgets writes. A variant a registry entry already configures (``lora-dora`` sets
   ``use_dora``) and one in ``methods.EXCLUDED_LORA_VARIANTS`` get no method here.
 
-Only Linear layers are targeted: the zoo has no model for the other layer kinds yet, and a variant PEFT declares for
-those kinds only is a skip that says so.
+A variant runs on the registry's LoRA targets of each architecture (``ModelSpec.attention_modules``): Linear layers,
+or a convolutional network's Conv2d, or nn.MultiheadAttention (``ModelSpec.target_kind``). Where that layer class
+declares no class for the variant, the architecture is a skip that says so; what it can run (merging) is read from
+its Linear variant class. On the input embedding it is a method of its own (``bench_models.embedding_methods``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import NamedTuple
 from . import config_builders as options
 from .config_builders import Deferred, Options
 from .methods import ARCHITECTURES, Architecture, KnownVariant, Method, Operation, Selector
-from .models import ModelSpec
+from .models import MODELS, ModelSpec
 
 INIT_FIELD = "init_lora_weights"
 TARGETED_KIND = "Linear"
@@ -147,11 +149,20 @@ def merge_limit(variant_class: type) -> str | None:
     return None
 
 
-def _not_on_linear(variant: str, kinds: Iterable[str]) -> dict[Selector, str]:
+def _target_kinds() -> dict[str, str]:
+    """Architecture -> the LoRA layer class its default targets get (one per architecture)."""
+    return {spec.arch: spec.target_kind for spec in MODELS.values()}
+
+
+def _not_on_kind(variant: str, kinds: Iterable[str]) -> dict[Selector, str]:
+    """The architectures whose targets' layer class declares no class for the variant, each with the reason."""
     kinds = sorted(kinds)
     where = f"for {', '.join(kinds)} only" if kinds else "in no layer class's lora_variants"
-    reason = f"PEFT declares {variant} {where}; the zoo's variant cases target Linear (no model of that kind yet)"
-    return {Architecture(arch): reason for arch in ARCHITECTURES}
+    return {
+        Architecture(arch): f"PEFT declares {variant} {where}; this architecture's LoRA targets are {kind}"
+        for arch, kind in _target_kinds().items()
+        if kind not in kinds and arch in ARCHITECTURES
+    }
 
 
 def _limits(variant: str, classes: Mapping[str, type], known: KnownVariant):
@@ -160,9 +171,8 @@ def _limits(variant: str, classes: Mapping[str, type], known: KnownVariant):
 
     cannot_run: dict[Selector, str] = {Operation("hotswap"): _HOTSWAP}
     lifts: dict[Selector, str] = {}
-    if TARGETED_KIND not in classes:
-        cannot_run.update(_not_on_linear(variant, classes))
-    elif merge_limit(classes[TARGETED_KIND]):
+    cannot_run.update(_not_on_kind(variant, classes))
+    if TARGETED_KIND in classes and merge_limit(classes[TARGETED_KIND]):
         cannot_run[Operation("merge-unmerge")] = merge_limit(classes[TARGETED_KIND])
     cannot_run.update(known.cannot_run)
     cannot_run = {selector: reason for selector, reason in cannot_run.items() if selector not in known.lifts}
@@ -187,9 +197,8 @@ def _options_for(declared: Declared, value: Callable[[ModelSpec], object] | None
 
 
 def _note(variant: str, classes: Mapping[str, type], known: KnownVariant | None) -> str:
-    others = sorted(set(classes) - {TARGETED_KIND})
-    also = f"; PEFT has it for {', '.join(others)} too, not compiled here yet" if others else ""
-    return (known.note if known and known.note else DERIVED_VARIANT_NOTE) + also
+    kinds = f"; PEFT declares it for {', '.join(sorted(classes))}" if classes else ""
+    return (known.note if known and known.note else DERIVED_VARIANT_NOTE) + kinds
 
 
 def variant_method(

@@ -22,7 +22,7 @@ import peft
 
 from . import config_builders as options
 from .config_builders import ADALORA_TOTAL_STEP, NUM_TASKS, NUM_VIRTUAL_TOKENS, TRAINABLE_TOKEN_IDS, Deferred, Options
-from .models import CAUSAL_LM, MODELS, SEQ_CLS, ModelSpec
+from .models import CAUSAL_LM, IMAGE_CLS, MODELS, SEQ_CLS, ModelSpec
 
 OPERATIONS = (
     "multi-adapter",
@@ -33,7 +33,7 @@ OPERATIONS = (
     "gradient-checkpointing",
     "generate",
 )
-TASKS = (CAUSAL_LM, SEQ_CLS)
+TASKS = (CAUSAL_LM, SEQ_CLS, IMAGE_CLS)
 ARCHITECTURES = tuple(dict.fromkeys(spec.arch for spec in MODELS.values()))
 
 
@@ -133,6 +133,7 @@ _LORA_SWAPS = {Operation("hotswap"): "PEFT's hotswap_adapter swaps LoRA adapters
 CAUSAL_LM_ONLY = "supports: causal-lm"
 _NO_WEIGHTS_TO_MERGE = {Operation("merge-unmerge"): "it adds virtual tokens, not a weight delta to merge"}
 _TIED = "tied input/output embeddings"
+EMBEDDING_HOTSWAP = "PEFT's hotswap_adapter raises KeyError on the adapted embedding's keys"
 _NO_MERGE_TIED = f"{_TIED}: merging the embedding adapter also changes the tied lm_head (peft#2777)"
 _NO_SECOND_TIED = f"{_TIED}: a second adapter fails ('wraps an unknown layer type')"
 _NO_MIX_SEQ_CLS = "adapter_names only reaches the method's own layers, not the classifier's modules_to_save copy"
@@ -152,13 +153,28 @@ _NO_EXPERT_PARAMETERS = {
     for arch in ARCHITECTURES
     if not any(spec.expert_parameters for spec in MODELS.values() if spec.arch == arch)
 }
-_PROMPT_LIMITS = {**_NO_WEIGHTS_TO_MERGE, Operation("disable-adapter").on(Task(SEQ_CLS)): _PROMPT_SEQ_CLS}
+# Architectures of the zoo with no convolution of groups > 1 (ModelSpec.grouped_conv_modules).
+_NO_GROUPED_CONV = {
+    Architecture(arch): "no convolution with groups > 1 in this architecture"
+    for arch in ARCHITECTURES
+    if not any(spec.grouped_conv_modules for spec in MODELS.values() if spec.arch == arch)
+}
+# Methods that adapt token embeddings or prepend virtual tokens need token ids; an image classifier takes pixels.
+_TOKENS = "it adapts token embeddings or adds virtual tokens; an image classifier takes pixel values"
+_PROMPT_LIMITS = {
+    **_NO_WEIGHTS_TO_MERGE,
+    Operation("disable-adapter").on(Task(SEQ_CLS)): _PROMPT_SEQ_CLS,
+    Task(IMAGE_CLS): _TOKENS,
+}
 
 # PeftModelForSequenceClassification adds the classifier to modules_to_save; hotswap swaps lora_* only.
 _NO_HOTSWAP_SEQ_CLS = "hotswap swaps only LoRA weights, not the classifier copy every seq-cls adapter trains"
 # Cases no method can run, in the same form; the reason is the whole skip message ({model}, {task}: the case's).
 ZOO_RULES: dict[Selector, str] = {
+    Operation("gradient-checkpointing").on(Architecture("convnext")): "transformers' ConvNeXt does not support "
+    "activation checkpointing (ValueError)",
     Operation("generate").on(Task(SEQ_CLS)): "generate needs a causal LM, {model} is {task}",
+    Operation("generate").on(Task(IMAGE_CLS)): "generate needs a causal LM, {model} is {task}",
     Operation("hotswap").on(Task(SEQ_CLS)): _NO_HOTSWAP_SEQ_CLS,
 }
 check_selectors("ZOO_RULES", ZOO_RULES)
@@ -264,9 +280,10 @@ _METHOD_LIST = [
         "LoraConfig",
         options.lora_embedding,
         cannot_run={
-            Operation("hotswap"): "PEFT's hotswap_adapter raises KeyError on the adapted embedding's keys",
+            Operation("hotswap"): EMBEDDING_HOTSWAP,
             Operation("merge-unmerge").on(Architecture("qwen2")): _NO_MERGE_TIED,
             Operation("merge-unmerge").on(Architecture("opt")): _NO_MERGE_TIED,
+            Operation("merge-unmerge").on(Architecture("gpt2")): _NO_MERGE_TIED,
         },
         lifts=_LORA_MIXES,
         architecture_specific=False,
@@ -313,6 +330,21 @@ _METHOD_LIST = [
         },
         note="target_parameters on the MoE experts' gate_up_proj and down_proj (peft's ParamWrapper), no module; "
         "r=8, alpha=16, dropout 0 (ParamWrapper refuses any other)",
+    ),
+    Method(
+        "lora-conv-groups",
+        "LORA",
+        "LoraConfig",
+        options.lora_conv_groups,
+        cannot_run={
+            **_NO_GROUPED_CONV,
+            Operation("merge-unmerge"): "PEFT does not merge LoRA into convolutions with groups > 1 "
+            "(NotImplementedError)",
+            Operation("hotswap"): "PEFT cannot pad a Conv2d LoRA adapter with groups > 1 to a target rank its groups"
+            " do not divide (ValueError)",
+        },
+        lifts=_LORA_MIXES,
+        note="LoRA on the depthwise convolutions (groups = channels), the rank raised to a multiple of their groups",
     ),
     Method(
         "adalora",
@@ -649,9 +681,86 @@ _NO_CONV1D = {
     "adamss": _ONLY.format("`torch.nn.Linear` is"),
     "xlora": "X-LoRA fails to load LoRA experts on Conv1D ('Got unexpected keys!': the experts' c_attn lora_A/lora_B)",
 }
+
+# Methods with no layer for ConvNeXt's plain Conv2d (convnext-tiny's default targets), in PEFT's words
+# (bench_models.check_registry --all --models convnext-tiny, peft 0.21.2).
+_LINEAR_ONLY = "Target module Conv2d is not supported. Currently, only `torch.nn.Linear` is supported"
+_LINEAR_CONV1D = "Target module Conv2d is not supported. Currently, only `torch.nn.Linear`, `Conv1D` are supported"
+_NO_CONV2D = {
+    **dict.fromkeys(
+        ("fourierft", "poly", "c3a", "road", "shira", "waveft", "delora", "supertuning", "beft", "adamss"), _LINEAR_ONLY
+    ),
+    **dict.fromkeys(("vblora", "gralora", "unilora", "deft"), _LINEAR_CONV1D),
+    "vera": "No layers types compatible with VeRA were found (VeRA has no Conv2d layer)",
+    "pvera": "No layers types compatible with PVeRA were found (PVeRA has no Conv2d layer)",
+    "frod": "No layer types compatible with FRoD were found (FRoD has no Conv2d layer)",
+    "randlora": "No layers types compatible with RandLora were found (RandLoRA has no Conv2d layer)",
+    "lily": "Lily does not support target modules of type Conv2d yet",
+    "glora": "Target module Conv2d is not a plain torch.nn.Linear (after unwrapping); GLoRA does not support this "
+    "layer type",
+    "tinylora": "TinyLoRA has layers for Linear and Embedding only: a Conv2d target raises KeyError",
+    "miss": "Target module Conv2d is not supported. Currently, only `torch.nn.Linear` (optionally quantized) is "
+    "supported",
+    "osf": "OSF wraps no Conv2d, so nothing is trainable (the optimizer gets an empty parameter list)",
+    "peanut": "PEANuT does not support target modules of type Conv2d yet",
+    "psoft": "Target module Conv2d is not supported by minimal PSOFT. Only torch.nn.Linear is supported",
+}
+# Methods with no layer for nn.MultiheadAttention (mha-tiny's default target), in PEFT's words
+# (bench_models.check_registry --all --models mha-tiny, peft 0.21.2). LoRA adapts it as a whole.
+_NOT_MHA = "Target module MultiheadAttention is not supported. Currently, only {} supported"
+_NO_MHA = {
+    **{
+        name: _NOT_MHA.format("`torch.nn.Linear` is")
+        for name in ("fourierft", "poly", "c3a", "road", "shira", "waveft", "delora", "supertuning", "beft", "adamss")
+    },
+    **{name: _NOT_MHA.format("`torch.nn.Linear`, `Conv1D` are") for name in ("vblora", "gralora", "unilora", "deft")},
+    **{name: _NOT_MHA.format("`torch.nn.Linear`, `torch.nn.Conv2d`, ... are") for name in ("adalora", "ia3", "hira")},
+    **{name: _NOT_MHA.format("`torch.nn.Linear` and `torch.nn.Conv2d` are") for name in ("boft", "oft", "hra")},
+    "lora-dora": "MultiheadAttention does not support DoRA (yet), please set use_dora to False",
+    "loha": "Target module of type MultiheadAttention not supported, currently only adapters for Conv2d, Conv1d, Linear"
+    " are supported",
+    "lokr": "Target module of type MultiheadAttention not supported, currently only adapters for Conv2d, Conv1d, Linear"
+    " are supported",
+    "vera": "No layers types compatible with VeRA were found (VeRA has no MultiheadAttention layer)",
+    "pvera": "No layers types compatible with PVeRA were found (PVeRA has no MultiheadAttention layer)",
+    "frod": "No layer types compatible with FRoD were found (FRoD has no MultiheadAttention layer)",
+    "randlora": "No layers types compatible with RandLora were found (RandLoRA has no MultiheadAttention layer)",
+    "lily": "Lily does not support target modules of type MultiheadAttention yet",
+    "glora": "Target module MultiheadAttention is not a plain torch.nn.Linear (after unwrapping); GLoRA does not "
+    "support this layer type",
+    "tinylora": "TinyLoRA has layers for Linear and Embedding only: a MultiheadAttention target raises KeyError",
+    "miss": _NOT_MHA.format("`torch.nn.Linear` (optionally quantized) is"),
+    "peanut": "PEANuT does not support target modules of type MultiheadAttention yet",
+    "psoft": "Target module MultiheadAttention is not supported by minimal PSOFT. Only torch.nn.Linear is supported",
+    "prefix-tuning": "PEFT's prefix tuning reads the model's transformer_backbone_name, which a model outside "
+    "transformers' families lacks (AttributeError)",
+    "cartridge": "PEFT's cartridge reads the model's transformer_backbone_name, which a model outside transformers' "
+    "families lacks (AttributeError)",
+}
+_MHA_NO_MIX = "lora.MultiheadAttention does not support mixed adapter batches (TypeError)"
+# Method -> what it cannot run on the zoo's architectures of other layer kinds, besides its own limits.
+_ON_LAYER_KINDS: dict[str, dict[Selector, str]] = {}
+for _arch, _table in (("gpt2", _NO_CONV1D), ("convnext", _NO_CONV2D), ("mha_classifier", _NO_MHA)):
+    for _name, _reason in _table.items():
+        _ON_LAYER_KINDS.setdefault(_name, {})[Architecture(_arch)] = _reason
+for _name in ("lora", "lora-rslora", "lora-modules-to-save", "lora-trainable-token-indices", "lora-bias"):
+    _ON_LAYER_KINDS.setdefault(_name, {})[Operation("mixed-batch").on(Architecture("mha_classifier"))] = _MHA_NO_MIX
+_ON_LAYER_KINDS.setdefault("oft", {})[Operation("merge-unmerge").on(Architecture("convnext"))] = (
+    "the model merged from OFT's Conv2d layers gives other logits than the unmerged one (eager, check_registry)"
+)
+# What needs token ids or a causal LM cannot run on an image classifier.
+_TOKEN_METHODS = ("lora-embedding", "lora-trainable-token-indices", "trainable-tokens", "prefix-tuning", "cartridge")
+for _name in _TOKEN_METHODS:
+    _ON_LAYER_KINDS.setdefault(_name, {})[Task(IMAGE_CLS)] = _TOKENS
+
+
+def _image_limits(method: Method) -> dict[Selector, str]:
+    causal_only = method.cannot_run.get(Task(SEQ_CLS)) == CAUSAL_LM_ONLY
+    return {Task(IMAGE_CLS): CAUSAL_LM_ONLY} if causal_only else {}
+
+
 _METHOD_LIST = [
-    replace(m, cannot_run={**m.cannot_run, Architecture("gpt2"): _NO_CONV1D[m.name]}) if m.name in _NO_CONV1D else m
-    for m in _METHOD_LIST
+    replace(m, cannot_run={**m.cannot_run, **_image_limits(m), **_ON_LAYER_KINDS.get(m.name, {})}) for m in _METHOD_LIST
 ]
 
 REGISTERED: dict[str, Method] = {m.name: m for m in _METHOD_LIST}
@@ -741,4 +850,25 @@ LORA_VARIANTS: dict[str, KnownVariant] = {
 EXCLUDED_LORA_VARIANTS: dict[str, str] = {
     "arrow_config": "Arrow routes among trained task adapters that peft.create_arrow_model loads from disk; the zoo"
     " does not build them yet",
+}
+
+
+# ------------------------------------------------------------------------------ methods on the input embedding
+
+# Method -> (the PEFT class that adapts its embedding, what it cannot run there besides its own limits and
+# embedding_methods.EMBEDDING_LIMITS). Each is also a method "<name>-embedding" (bench_models.embedding_methods).
+EMBEDDING_LAYERS: dict[str, tuple[str, Mapping[Selector, str]]] = {
+    "lora-dora": ("peft.tuners.lora.variants.DoraEmbeddingVariant", {}),
+    "lora-mica": ("peft.tuners.lora.variants.MiCAEmbeddingVariant", {}),
+    "oft": ("peft.tuners.oft.layer.Embedding", {}),
+    "hira": ("peft.tuners.hira.layer.Embedding", {}),
+    "tinylora": ("peft.tuners.tinylora.layer.Embedding", {}),
+    "xlora": (
+        "peft.tuners.xlora.layer.XLoraEmbeddingLayer",
+        {
+            Operation("disable-adapter"): "with the adapter disabled, the output still differs from the base model's"
+            " (eager, check_registry)",
+            Architecture("gpt2"): "X-LoRA fails to load LoRA experts of GPT-2's embedding ('Got unexpected keys!')",
+        },
+    ),
 }

@@ -22,6 +22,7 @@ _NOT_CONFIG_KEYS = frozenset({"torch_dtype", "dtype", "transformers_version"})
 
 CAUSAL_LM = "causal-lm"
 SEQ_CLS = "seq-cls"
+IMAGE_CLS = "image-cls"  # pixel values in, a label out; PEFT wraps it with no task type (a plain PeftModel)
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,14 @@ class ModelSpec:
     key: str
     arch: str  # "llama", "qwen2", "opt", "bert"
     size: str  # "tiny" or the published name
-    task: str  # CAUSAL_LM or SEQ_CLS
+    task: str  # CAUSAL_LM, SEQ_CLS or IMAGE_CLS
     full_size: bool
     # Tiny models: the config kwargs inline. Full-size models: a JSON file in configs/.
     config: dict[str, Any] | None = field(default=None, compare=False, repr=False)
     config_file: str | None = None
-    # Module-name suffixes (PEFT `target_modules` style) used by the method builders.
+    # Module-name suffixes (PEFT `target_modules` style) used by the method builders. `attention_modules` are the
+    # layers every method targets by default: the attention projections, or what stands in their place in a model
+    # without (a convolutional network's convolutions, nn.MultiheadAttention itself).
     attention_modules: tuple[str, ...] = ()
     mlp_modules: tuple[str, ...] = ()
     embedding_module: str = ""
@@ -43,6 +46,11 @@ class ModelSpec:
     # Parameter-name suffixes (PEFT `target_parameters` style) of weights kept as nn.Parameter, not in a layer: MoE
     # experts. Empty: the model has none (the lora-parameters method cannot run on it).
     expert_parameters: tuple[str, ...] = ()
+    # The PEFT LoRA layer class `attention_modules` get (peft.tuners.lora.layer; GPT-2's Conv1D is Linear with
+    # fan_in_fan_out): which LoRA variants can run there, read from that class's `lora_variants`.
+    target_kind: str = "Linear"
+    # Convolutions with groups > 1 (depthwise), which several methods refuse: the lora-conv-groups method's targets.
+    grouped_conv_modules: tuple[str, ...] = ()
     attn_implementation: str = "sdpa"
     # The linear layers quantized after the random init (bench_models/quantized.py): "bnb-nf4", "bnb-fp4", "int8".
     quantization: str = ""
@@ -71,6 +79,9 @@ class ModelSpec:
     def hf_config(self):
         from transformers import AutoConfig
 
+        from .mha_model import register
+
+        register()
         kwargs = self.config_dict()
         return AutoConfig.for_model(kwargs.pop("model_type"), **kwargs)
 
@@ -80,7 +91,12 @@ class ModelSpec:
 
     @property
     def hidden_size(self) -> int:
-        return self.config_dict()["hidden_size"]
+        config = self.config_dict()
+        return config["hidden_size"] if "hidden_size" in config else config["hidden_sizes"][-1]
+
+    @property
+    def image_channels(self) -> int:
+        return self.config_dict()["num_channels"]
 
     @property
     def num_layers(self) -> int:
@@ -243,6 +259,61 @@ _TINY_SPECS = [
         expert_parameters=("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
     ),
     ModelSpec(
+        key="convnext-tiny",
+        arch="convnext",
+        size="tiny",
+        task=IMAGE_CLS,
+        full_size=False,
+        # ConvNeXt: Conv2d patch embedding and downsampling (plain convolutions, every conv method's targets),
+        # depthwise Conv2d (groups = channels) in each block, pointwise convolutions as nn.Linear. Two stages of one
+        # block; 4 input channels so a 4x4 patch's fan-in (64) divides OFT's and BOFT's block sizes. A batch's
+        # images are 4 x its sequence length wide (workloads.make_batch).
+        config={
+            "model_type": "convnext",
+            "num_channels": 4,
+            "hidden_sizes": [16, 32],
+            "depths": [1, 1],
+            "num_stages": 2,
+            "drop_path_rate": 0.0,
+            # A fresh ConvNeXt scales each block's output by 1e-6 (layer scale), so what an adapter in a block does
+            # would not reach the logits; a trained one has scales near 1.
+            "layer_scale_init_value": 1.0,
+            "num_labels": 2,
+            "problem_type": "single_label_classification",
+        },
+        attention_modules=("patch_embeddings", "downsampling_layer.1"),
+        mlp_modules=("pwconv1", "pwconv2"),
+        head_module="classifier",
+        layernorm_modules=("layernorm",),
+        target_kind="Conv2d",
+        grouped_conv_modules=("dwconv",),
+        attn_implementation="eager",  # no attention: transformers refuses to set sdpa on it
+    ),
+    ModelSpec(
+        key="mha-tiny",
+        arch="mha_classifier",
+        size="tiny",
+        task=SEQ_CLS,
+        full_size=False,
+        # bench_models/mha_model.py: a text classifier whose attention is nn.MultiheadAttention (LoRA adapts the
+        # module as a whole); no transformers text model is built on it.
+        config={
+            "model_type": "mha_classifier",
+            **_ONE_LAYER,
+            "intermediate_size": 128,
+            "num_labels": 2,
+            "problem_type": "single_label_classification",
+            "pad_token_id": 0,
+        },
+        attention_modules=("attn",),
+        mlp_modules=("fc1", "fc2"),
+        embedding_module="embed_tokens",
+        head_module="classifier",
+        layernorm_modules=("attn_norm", "mlp_norm"),
+        target_kind="MultiheadAttention",
+        attn_implementation="eager",  # its attention is nn.MultiheadAttention's own
+    ),
+    ModelSpec(
         key="bert-tiny",
         arch="bert",
         size="tiny",
@@ -337,9 +408,13 @@ def get_spec(model_key: str) -> ModelSpec:
 
 
 def auto_model_class(spec: ModelSpec):
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from transformers import AutoModelForCausalLM, AutoModelForImageClassification, AutoModelForSequenceClassification
 
-    return AutoModelForCausalLM if spec.task == CAUSAL_LM else AutoModelForSequenceClassification
+    return {
+        CAUSAL_LM: AutoModelForCausalLM,
+        SEQ_CLS: AutoModelForSequenceClassification,
+        IMAGE_CLS: AutoModelForImageClassification,
+    }[spec.task]
 
 
 def build_base_model(
@@ -358,6 +433,7 @@ def build_base_model(
     re-initialized under the seed.
     """
     spec = get_spec(model_key)
+    auto_cls = auto_model_class(spec)
     config = spec.hf_config()
     for name, value in (config_overrides or {}).items():
         setattr(config, name, value)
@@ -365,7 +441,8 @@ def build_base_model(
         config.num_hidden_layers = num_layers
         if getattr(config, "layer_types", None) is not None:  # per-layer attention kinds (Qwen2): one per layer
             config.layer_types = [config.layer_types[0]] * num_layers
-    auto_cls = auto_model_class(spec)
+        if getattr(config, "depths", None) is not None:  # a convolutional network: blocks per stage
+            config.depths = [num_layers] * len(config.depths)
     device = torch.device(device)
     torch.manual_seed(seed)
     if spec.full_size:

@@ -7,11 +7,20 @@ import weakref
 import torch
 
 from .config_builders import NUM_TASKS
-from .models import CAUSAL_LM, get_spec
+from .models import CAUSAL_LM, IMAGE_CLS, get_spec
 from .registry import get_method
 
 # Token ids below this are kept free for pad/bos/eos.
 _FIRST_TOKEN_ID = 3
+# An image batch's side in pixels per unit of sequence length: a multiple of the zoo's image models' total stride.
+IMAGE_SCALE = 4
+# The batch keys a model's forward takes as input (not the labels, not a method's extras).
+MODEL_INPUTS = ("input_ids", "attention_mask", "pixel_values")
+
+
+def model_inputs(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The batch without its labels and a method's extras: what the base model alone is called with."""
+    return {key: value for key, value in batch.items() if key in MODEL_INPUTS}
 
 
 def make_batch(
@@ -23,9 +32,16 @@ def make_batch(
     seed: int = 0,
     device: str | torch.device = "cpu",
 ) -> dict[str, torch.Tensor]:
-    """A seeded synthetic batch: input_ids, attention_mask, labels, plus what the method's forward needs."""
+    """A seeded synthetic batch: input_ids, attention_mask, labels, plus what the method's forward needs. An image
+    model's batch is pixel_values and labels, its images ``IMAGE_SCALE * seq_len`` pixels square, so that a length
+    that changes between phases changes the spatial size (dynamic shapes) as it changes a text model's."""
     spec = get_spec(model_key)
     gen = torch.Generator().manual_seed(seed)
+    if spec.task == IMAGE_CLS:
+        side = IMAGE_SCALE * seq_len
+        pixels = torch.randn(batch_size, spec.image_channels, side, side, generator=gen)
+        labels = torch.randint(0, spec.num_labels, (batch_size,), generator=gen)
+        return {"pixel_values": pixels.to(device), "labels": labels.to(device)}
     input_ids = torch.randint(_FIRST_TOKEN_ID, spec.vocab_size, (batch_size, seq_len), generator=gen)
     batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
     method = get_method(method_name) if method_name is not None else None

@@ -14,12 +14,12 @@ import torch
 
 from .models import ModelSpec, auto_model_class
 
-_EXPERT_DIRS: dict[tuple[str, int], dict[str, str]] = {}
+_EXPERT_DIRS: dict[tuple[str, int, tuple[str, ...]], dict[str, str]] = {}
 
 
 def expert_dirs(spec: ModelSpec, config: peft.LoraConfig) -> dict[str, str]:
     """Adapter name -> directory of a random LoRA expert of `config` for `spec`, written on first use."""
-    key = (spec.key, config.r)
+    key = (spec.key, config.r, tuple(sorted(config.target_modules)))
     if key not in _EXPERT_DIRS:
         from peft.utils import get_peft_model_state_dict
         from safetensors.torch import save_file

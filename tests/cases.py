@@ -272,7 +272,11 @@ SINGLE_PROCESS = (
 TINY_MODELS = tuple(key for key, spec in MODELS.items() if spec.cpu_matrix and not spec.quantization)
 # The tiny architectures whose adapted layers are nn.Linear alone: where a method PEFT adds is expected to build. On
 # GPT-2's Conv1D or MoE experts PEFT may refuse a new tuner's layers, which its registry entry then says.
-LINEAR_TINY_MODELS = tuple(key for key in TINY_MODELS if key not in ("gpt2-tiny", "qwen3-moe-tiny"))
+LINEAR_TINY_MODELS = tuple(
+    key for key in TINY_MODELS if key not in ("gpt2-tiny", "qwen3-moe-tiny", "convnext-tiny", "mha-tiny")
+)
+# The methods PEFT has a Conv2d layer for (the others skip on convnext-tiny with PEFT's words, bench_models.methods).
+CONV_METHODS = ("lora", "lora-dora", "lora-conv-groups", "adalora", "ia3", "loha", "lokr", "boft", "oft", "hra", "hira")
 QUANTIZED_MODELS = tuple(key for key, spec in MODELS.items() if spec.cpu_matrix and spec.quantization)
 QUANTIZED_DEFAULT_METHODS = ("lora", "lora-dora")  # QLoRA's two setups
 GPU_MODELS = ("llama-tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b")
@@ -348,7 +352,26 @@ SELECTION: tuple[Row, ...] = (
         named("lora-parameters"),
         "LoRA on MoE experts kept as nn.Parameter (target_parameters, peft's ParamWrapper), a layer kind of its own",
     ),
+    Row(
+        TRAIN_EVAL_TRAIN,
+        "convnext-tiny",
+        named(*CONV_METHODS),
+        "every method with a Conv2d layer, on ConvNeXt's plain and depthwise (groups > 1) convolutions",
+    ),
+    Row(
+        (TRAIN_EVAL_TRAIN, "merge-unmerge"),
+        "mha-tiny",
+        named("lora"),
+        "LoRA on nn.MultiheadAttention, which it merges into the module's packed in-projection on every forward"
+        " (hot-swap: a sequence classifier's, which no method has)",
+    ),
     Row(TRAIN_EVAL_TRAIN, "llama-tiny-bnb4", named("lora"), "QLoRA on NF4 (DoRA on NF4 is at the recompile limit)"),
+    Row(
+        "mixed-batch",
+        "llama-tiny-bnb4",
+        named("lora"),
+        "LoRA's adapter per row on a 4-bit base: Linear4bit's own _mixed_batch_forward",
+    ),
     Row(TRAIN_EVAL_TRAIN, "llama-tiny-int8", named(*QUANTIZED_DEFAULT_METHODS), "QLoRA's two setups on torchao int8"),
     Row(
         _LORA_ON_BOTH_TASK_PATHS,

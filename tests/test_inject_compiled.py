@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 import bench_models
-from bench_models import make_batch
+from bench_models import make_batch, model_inputs
 from bench_models.lifecycle import randomize_adapter
 from compile_audit.probe.parity import compare_tensors
 from tests.test_save_load import ADAPTER_FILE, reload, saved_adapter_problems
@@ -120,7 +120,7 @@ def test_get_peft_model_on_compiled_base(case, device, make_peft_model, case_aud
     base = bench_models.build_method_base(case.model, case.method, device=device, dtype=dtype, seed=0).eval()
     compiled_base = case_audit.compile(base)
     with case_audit.phase("base-1", "eval"):
-        _logits(compiled_base, {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")})
+        _logits(compiled_base, model_inputs(batch))
     torch.manual_seed(0)  # as make_peft_model seeds the adapter's init
     model = peft.get_peft_model(compiled_base, _adapter_config(case))
     randomize_adapter(model, "default", seed=10)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import bench_models
-from bench_models import add_adapter, eval_step, make_batch, make_optimizer, train_step
+from bench_models import add_adapter, eval_step, make_batch, make_optimizer, model_inputs, train_step
 from bench_models.lifecycle import (
     base_weight_mismatches,
     build_lora_adapter,
@@ -136,7 +136,7 @@ def test_disable_adapter(case, device, make_peft_model, case_audit):
     tolerance = case.tolerance
     batch = _batch(case, device, seq_len=8)
     # The base model takes no method-specific inputs (task_ids).
-    base_logits = _logits(base, {k: v for k, v in batch.items() if k in ("input_ids", "attention_mask")})
+    base_logits = _logits(base, model_inputs(batch))
     adapter_logits = _logits(model, batch)
     case_audit.expect(_differs("logits with and without the adapter", adapter_logits, base_logits))
 

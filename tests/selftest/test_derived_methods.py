@@ -162,8 +162,18 @@ def test_a_variant_the_registry_knows_is_not_derived_and_one_a_registry_entry_se
     from bench_models.methods import KnownVariant
 
     methods = lora_variant_methods(REGISTERED, {"toy_config": KnownVariant(note="toy")}, ("arrow_config",))
-    assert not methods["lora-toy"].derived and methods["lora-toy"].note == "toy"
+    assert not methods["lora-toy"].derived and methods["lora-toy"].note.startswith("toy")
     assert "lora-dora" not in methods and "lora-arrow" not in methods  # lora-dora sets use_dora; arrow excluded
+
+
+def test_a_variant_runs_only_where_the_architecture_s_targets_have_a_class_for_it(toy_variant):
+    from bench_models.lora_variants import lora_variant_methods
+    from bench_models.methods import EXCLUDED_LORA_VARIANTS, LORA_VARIANTS, Architecture
+
+    method = lora_variant_methods(REGISTERED, LORA_VARIANTS, EXCLUDED_LORA_VARIANTS)["lora-toy"]
+    assert Architecture("llama") not in method.limits
+    assert "this architecture's LoRA targets are Conv2d" in method.limits[Architecture("convnext")]
+    assert "PEFT declares toy_config for Linear only" in method.limits[Architecture("mha_classifier")]
 
 
 def test_a_variant_whose_merge_only_raises_cannot_merge_naming_the_function():

@@ -11,6 +11,7 @@ peft#3183 from a clone of PEFT's repository (``--peft-repo``).
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import importlib.metadata
 import shutil
@@ -175,6 +176,34 @@ PLANTS: dict[str, tuple[Edit, ...]] = {
         ),
     ),
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class BreakAt:
+    """A graph break as the first statement of a function (after its docstring), found by its qualified name."""
+
+    path: str  # inside src/
+    qualname: str  # "Class.method" or "function"
+
+
+# The layer forwards no case compiled before the zoo had convolutions, nn.MultiheadAttention, MoE experts, embeddings of
+# every method and LoRA's variants: one of each kind, a break at the top of each.
+UNCOVERED_FORWARDS = (
+    BreakAt("peft/tuners/lora/variants.py", "KasaLinearVariant.forward"),
+    BreakAt("peft/tuners/lora/variants.py", "VeloraLinearVariant.forward"),
+    BreakAt("peft/tuners/lora/variants.py", "MiCAEmbeddingVariant.forward"),
+    BreakAt("peft/tuners/lora/variants.py", "DoraEmbeddingVariant.forward"),
+    BreakAt("peft/tuners/lora/layer.py", "_ConvNd.forward"),
+    BreakAt("peft/tuners/ia3/layer.py", "_ConvNd.forward"),
+    BreakAt("peft/tuners/oft/layer.py", "Conv2d.forward"),
+    BreakAt("peft/tuners/hra/layer.py", "HRAConv2d.forward"),
+    BreakAt("peft/tuners/lora/layer.py", "MultiheadAttention.forward"),
+    BreakAt("peft/tuners/lora/layer.py", "ParamWrapper.forward"),
+    BreakAt("peft/tuners/oft/layer.py", "Embedding.forward"),
+    BreakAt("peft/tuners/hira/layer.py", "Embedding.forward"),
+    BreakAt("peft/tuners/tinylora/layer.py", "Embedding.forward"),
+)
+BREAKS_AT: dict[str, tuple[BreakAt, ...]] = {"uncovered-forwards-break": UNCOVERED_FORWARDS}
 UPSTREAM_COMMITS = {"undo-3183": ("15af19751a0a960a4e4f1847a4b5dee0f801e0aa", "src/peft/utils/hotswap.py")}
 
 
@@ -200,9 +229,51 @@ def download_source(version: str, dest: Path) -> Path:
 
 # A pull request that adds a method: HRA copied as HRACOPY (tests/tools/new_method.py), with or without a break.
 NEW_METHODS = {"new-method": False, "new-method-break": True}
+# A pull request that adds a LoRA variant, a copy of MiCA's Linear class (tests/tools/new_variant.py).
+NEW_VARIANTS = {"new-variant": False, "new-variant-break": True}
+
+
+def _function(tree: ast.Module, qualname: str) -> ast.FunctionDef | None:
+    scope: list[ast.stmt] = tree.body
+    found = None
+    for name in qualname.split("."):
+        found = next(
+            (node for node in scope if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == name), None
+        )
+        if found is None:
+            return None
+        scope = found.body
+    return found if isinstance(found, ast.FunctionDef) else None
+
+
+def break_at(source: Path, where: BreakAt) -> None:
+    """Insert a graph break as the first statement of ``where``'s function."""
+    path = source / "src" / where.path
+    text = path.read_text(encoding="utf-8")
+    function = _function(ast.parse(text), where.qualname)
+    if function is None:
+        raise PlantError(f"{where.path}: no function {where.qualname}")
+    body = function.body
+    has_docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1
+    first = body[1] if has_docstring else body[0]
+    lines = text.splitlines(keepends=True)
+    indent = " " * first.col_offset
+    lines.insert(first.lineno - 1, f"{indent}{BREAK}\n")
+    planted = "".join(lines)
+    compile(planted, str(path), "exec")
+    path.write_text(planted, encoding="utf-8")
 
 
 def apply(source: Path, plant: str, peft_repo: Path | None = None) -> None:
+    if plant in BREAKS_AT:
+        for where in BREAKS_AT[plant]:
+            break_at(source, where)
+        return
+    if plant in NEW_VARIANTS:
+        from tests.tools.new_variant import add_variant
+
+        add_variant(source / "src" / "peft", "MiCALinearVariant", "use_newvar", graph_break=NEW_VARIANTS[plant])
+        return
     if plant in NEW_METHODS:
         from tests.tools.new_method import add_method
 
@@ -220,7 +291,8 @@ def apply(source: Path, plant: str, peft_repo: Path | None = None) -> None:
             raise PlantError(f"{plant}: the reverse of {commit[:9]} does not apply: {done.stdout.decode()[-300:]}")
         return
     if plant not in PLANTS:
-        raise PlantError(f"unknown plant {plant!r}; known: {', '.join([*PLANTS, *NEW_METHODS, *UPSTREAM_COMMITS])}")
+        known = ", ".join([*PLANTS, *BREAKS_AT, *NEW_METHODS, *NEW_VARIANTS, *UPSTREAM_COMMITS])
+        raise PlantError(f"unknown plant {plant!r}; known: {known}")
     for edit in PLANTS[plant]:
         path = source / "src" / edit.path
         text = path.read_text(encoding="utf-8")
@@ -234,7 +306,7 @@ def apply(source: Path, plant: str, peft_repo: Path | None = None) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.tools.peft_plants", description=__doc__.split("\n")[0])
     parser.add_argument("dest", type=Path)
-    known = ", ".join([*PLANTS, *NEW_METHODS])
+    known = ", ".join([*PLANTS, *BREAKS_AT, *NEW_METHODS, *NEW_VARIANTS])
     parser.add_argument("--plant", action="append", default=[], help=f"one of {known}, undo-3183")
     parser.add_argument("--version", default=None, help="the PEFT release (default: the installed one)")
     parser.add_argument("--peft-repo", type=Path, help="a clone of huggingface/peft (undo-3183)")

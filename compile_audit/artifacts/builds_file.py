@@ -2,14 +2,16 @@
 written and compared, without torch.
 
     {"format": 2, "cases": {"llama-tiny/lora/save-load": {"digest": ..., "modules": [...], "package_values": {...},
-                                                          "package_entries": "3f2a...", "seconds": 0.4},
+                                                          "package_entries": "3f2a...", "state": {...},
+                                                          "seconds": 0.4},
                             "opt-tiny/boft/depth": {"missing": "raised ValueError: ..."}},
      "entries": {"3f2a...": {"peft.mapping.PEFT_TYPE_TO_CONFIG_MAPPING": {key: digest, ...}, ...}}}
 
 ``wall_seconds``: the whole run's, pytest's start-up included; ``seconds``: each case's body up to its first
 compile (what comparing builds costs the gate, per side). A case with ``missing`` has no fingerprint (it raised, or
 ended without compiling): nothing can be told from it. ``entries``: the packages' dict tables entry by entry, kept
-once per distinct set (most cases of a run share one); a format 1 file has none.
+once per distinct set (most cases of a run share one); a format 1 file has none. ``state``: what the case did before
+its first compile besides building (failed checks, tensors kept, files written), by digest; an older file has none.
 """
 
 from __future__ import annotations
@@ -77,8 +79,9 @@ def differences(base: dict[str, Any], head: dict[str, Any], limit: int = 3) -> l
         old, new = old_root["modules"], new_root["modules"]
         changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
         found += [f"{new_root['type']} {k!r} differs" for k in changed[:limit]]
-    old, new = base["package_values"], head["package_values"]
-    found += [f"{k} differs" for k in sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))]
+    for field in ("package_values", "state"):
+        old, new = base.get(field, {}), head.get(field, {})
+        found += [f"{k} differs" for k in sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))]
     return found[:limit] or ([] if base["digest"] == head["digest"] else ["the digests differ"])
 
 
@@ -93,7 +96,7 @@ def only_gained(
     gaining, rebound = set(gaining), set(rebound)
     old, new = base.get("package_values", {}), head.get("package_values", {})
     differing = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
-    if not differing or base.get("modules") != head.get("modules"):
+    if not differing or base.get("modules") != head.get("modules") or base.get("state") != head.get("state"):
         return False
     old_entries, new_entries = base.get("package_entries") or {}, head.get("package_entries") or {}
     for name in differing:

@@ -11,7 +11,12 @@ fingerprint holds what Dynamo can see of that, and what the case's later code re
   values as text, objects by type and their attributes, functions by name);
 - the module-level values of the packages under test (a table a build registered a key in), and the process-wide
   torch settings every case must restore (``compile_audit.probe.global_state``: a build that sets one), and torch's
-  random state (a build that draws one number more changes what the steps after it draw).
+  random state (a build that draws one number more changes what the steps after it draw);
+- what else the case did before its first compile that its verdict reads later (``state``): the checks it has made
+  (a failed one fails the case whatever it compiles), the tensors the test's frames keep (an eager reference output
+  the compiled run is compared with) and the files under the temporary folder those frames name (an adapter saved to
+  be loaded later). A model the case made, checked and dropped before compiling is no module of the fingerprint; what
+  its check found is.
 
 Addresses and ids are left out: two processes building the same thing print the same fingerprint. A case whose
 first compile is not of a module (a Trainer that compiles by itself) still gets one: what is alive is fingerprinted
@@ -40,6 +45,7 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
 _MAX_DEPTH = 4  # nested containers and objects past this depth are described by their type
 _PLAIN = (str, int, float, bool, complex, bytes, type(None))
 _TEMPORARY = tempfile.gettempdir().rstrip("/") + "/"
+_TEMPORARY_PATH = re.compile(re.escape(_TEMPORARY) + r"\S*")
 # What every nn.Module keeps for itself (parameters, buffers, children, hooks: each read on its own above), but the
 # training flag; private attributes of a subclass (an adapter's _active_adapter) are its state, and count.
 _MODULE_BOOKKEEPING = frozenset(vars(torch.nn.Module())) - {"training"}
@@ -72,10 +78,13 @@ class _Recording:
         _recording.remove(self.packages)
 
 
-def first_compile() -> None:
-    """Called by the audit when a case asks for its first compile; in a fingerprint run, stops the case there."""
+def first_compile(checks: Sequence[tuple[str, str]] = ()) -> None:
+    """Called by the audit when a case asks for its first compile, with the checks that failed so far (check name,
+    message); in a fingerprint run, stops the case there."""
     if _recording:
-        raise BuildFingerprinted(fingerprint(_recording[-1], held_by_frames(sys._getframe(1))))
+        frame = sys._getframe(1)
+        state = precompile_state(frame, checks)
+        raise BuildFingerprinted(fingerprint(_recording[-1], held_by_frames(frame), state=state))
 
 
 def held_by_frames(frame: types.FrameType | None) -> list[torch.nn.Module]:
@@ -92,11 +101,13 @@ def held_by_frames(frame: types.FrameType | None) -> list[torch.nn.Module]:
     return list(found.values())
 
 
-def fingerprint(packages: Sequence[str], modules: Sequence[torch.nn.Module]) -> dict[str, Any]:
-    """The root modules among ``modules`` and the packages' module values, with one digest of it all. Roots are
-    sorted: the order objects are found in is no part of a build. Each of the packages' dict tables is also kept
-    entry by entry (``package_entries``): a table that only gained keys can be told from one whose entries
-    changed."""
+def fingerprint(
+    packages: Sequence[str], modules: Sequence[torch.nn.Module], state: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The root modules among ``modules``, the packages' module values and the case's pre-compile ``state``
+    (:func:`precompile_state`), with one digest of it all. Roots are sorted: the order objects are found in is no
+    part of a build. Each of the packages' dict tables is also kept entry by entry (``package_entries``): a table
+    that only gained keys can be told from one whose entries changed."""
     modules = [m for m in modules if not issubclass(type(m), torch.fx.GraphModule)]
     held = {id(child) for module in modules for child in module.modules() if child is not module}
     with warnings.catch_warnings():
@@ -118,12 +129,70 @@ def fingerprint(packages: Sequence[str], modules: Sequence[torch.nn.Module]) -> 
         for name, value in tables.items()
         if isinstance(value, dict) and isinstance(value.get("items"), list) and value["type"].endswith("dict")
     }
+    state = dict(sorted((state or {}).items()))
     return {
-        "digest": _digest([trees, values]),
+        "digest": _digest([trees, values, state] if state else [trees, values]),
         "modules": trees,
         "package_values": values,
         "package_entries": entries,
+        "state": state,
     }
+
+
+# Frames of these files are the harness's or a library's, not the case's: their locals are no state of the case.
+_NOT_THE_CASE = ("/site-packages/", "/dist-packages/", "/compile_audit/", "/compile_gate/", "/_pytest/", "/pluggy/")
+_MAX_FILES = 200  # per folder a frame names: a case saves an adapter or a base, a few files
+
+
+def _case_frames(frame: types.FrameType | None) -> Iterator[types.FrameType]:
+    """The frames of the case's own code (the test, its fixtures' and the zoo's helpers), innermost first."""
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not any(part in path for part in _NOT_THE_CASE) and not path.startswith(sys.base_prefix):
+            yield frame
+        frame = frame.f_back
+
+
+def _held_values(frame: types.FrameType | None) -> Iterator[tuple[str, Any]]:
+    """(where, value) for each local of the case's frames and each item of a local dict, list or tuple."""
+    for held in _case_frames(frame):
+        for name, value in held.f_locals.items():
+            where = f"{held.f_code.co_name}.{name}"
+            yield where, value
+            if isinstance(value, dict):
+                yield from ((f"{where}[{key!r}]", item) for key, item in value.items())
+            elif isinstance(value, (list, tuple)):
+                yield from ((f"{where}[{index}]", item) for index, item in enumerate(value))
+
+
+def _files_under(path: str) -> Iterator[tuple[str, str]]:
+    """(path relative to ``path``, digest of its bytes) for a file or each file of a folder, sorted."""
+    if os.path.isfile(path):
+        with open(path, "rb") as file:
+            yield "", hashlib.sha256(file.read()).hexdigest()[:16]
+        return
+    found = sorted(os.path.join(root, name) for root, _, names in os.walk(path) for name in names)
+    for name in found[:_MAX_FILES]:
+        with open(name, "rb") as file:
+            yield os.path.relpath(name, path), hashlib.sha256(file.read()).hexdigest()[:16]
+
+
+def precompile_state(frame: types.FrameType | None, checks: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
+    """What a case did before its first compile that its verdict reads later, besides the modules its frames hold,
+    each by a digest: the checks that failed (a temporary path and an address are no part of a message), the tensors
+    the case's frames keep (parameters aside: the modules hold those), and the files under the temporary folder a
+    frame names (by their place in it: the folder's own name is random)."""
+    state = {
+        f"check {name} #{index}": _digest(_ADDRESS.sub("", _TEMPORARY_PATH.sub("<tmp>", text)))
+        for index, (name, text) in enumerate(checks)
+    }
+    for where, value in _held_values(frame):
+        if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter):
+            state[f"tensor {where}"] = _digest(tensor_summary(value))
+        elif isinstance(value, (str, os.PathLike)) and str(value).startswith(_TEMPORARY) and os.path.exists(value):
+            for relative, digest in _files_under(str(value)):
+                state[f"file {where}/{relative}".rstrip("/")] = digest
+    return state
 
 
 def _digest(data: Any) -> str:

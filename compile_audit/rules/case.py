@@ -27,10 +27,11 @@ def reset_dynamo() -> None:
     footprint.reinstall()
 
 
-def _first_compile() -> None:
-    """What ran so far built the case's model (its footprint's build-only functions); a fingerprint run stops here."""
+def _first_compile(checks: list[tuple[str, str]]) -> None:
+    """What ran so far built the case's model (its footprint's build-only functions); a fingerprint run stops here,
+    with the checks that failed before it."""
     footprint.mark_built()
-    builds.first_compile()
+    builds.first_compile(checks)
 
 
 class KnownFailureConfirmed(Exception):
@@ -68,13 +69,13 @@ class CaseAudit:
         """Count the graph breaks of one call (run this before :meth:`compile`: explain resets Dynamo)."""
         if self._phases is not None:
             raise RuntimeError("graph_breaks() after compile(): torch._dynamo.explain would reset the audit")
-        _first_compile()
+        _first_compile(self.checks)
         report = find_graph_breaks(fn, *args, call=call, **kwargs)
         self.result.explained.append(report)
         return report
 
     def _start(self) -> PhaseAudit:
-        _first_compile()
+        _first_compile(self.checks)
         reset_dynamo()
         self._phases = PhaseAudit(self.backend, self.dynamic, regional=self.regional)
         self.result.phases = self._phases.phases

@@ -8,7 +8,9 @@ import dataclasses
 import json
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -377,3 +379,55 @@ def test_a_name_read_only_while_building_reaches_its_readers_cases_only_while_bu
     chosen = select_between(footprints, *roots)
     assert chosen.cases == ("m/a/x", "m/b/x"), (what, chosen.reasons)
     assert chosen.build_only == ("m/a/x",), (what, chosen.reasons)
+
+
+# ------------------------------------------------------------------------------ what a case did before compiling
+
+
+def _case_body(checks, reference, saved_to, payload):
+    """A case's body up to its first compile: the checks it made, an eager reference it keeps, a file it saved."""
+    model = torch.nn.Linear(2, 2)
+    expected = {"logits": reference}
+    (saved_to / "adapter.bin").write_bytes(payload)
+    builds.first_compile(checks)
+    return model, expected
+
+
+def _fingerprinted(checks=(), reference=0.0, payload=b"adapter"):
+    """A fingerprint run of the toy case body, its file saved to a fresh temporary folder (as each side's is)."""
+    folder = Path(tempfile.mkdtemp())
+    torch.manual_seed(0)
+    with builds.recording(["tests"]), pytest.raises(builds.BuildFingerprinted) as stopped:
+        _case_body(list(checks), torch.full((2,), reference), folder, payload)
+    return stopped.value.fingerprint
+
+
+@pytest.mark.parametrize(
+    ("what", "head"),
+    [
+        ("a check that failed before the first compile", {"checks": [("hot-swap preparation", "requires_grad")]}),
+        ("an eager reference output the case keeps", {"reference": 1.0}),
+        ("a file the case saved to load later", {"payload": b"another adapter"}),
+    ],
+)
+def test_what_a_case_did_before_compiling_keeps_it_though_its_modules_built_the_same(what, head):
+    """peft#3241 undone: the hot-swap case makes a model, checks it and drops it before its first compile; its modules
+    build the same, its check does not."""
+    base, changed = _fingerprinted(), _fingerprinted(**head)
+    assert base["modules"] == changed["modules"] and base["package_values"] == changed["package_values"]
+    same, run = builds_file.compare(["m/a/hotswap"], {"m/a/hotswap": base}, {"m/a/hotswap": changed})
+    assert same == [], what
+    assert run["m/a/hotswap"].startswith("built differently: ") and " differs" in run["m/a/hotswap"], run
+    # Without the state the two fingerprints would be one build: the state is what tells them apart.
+    stripped = [
+        {**fp, "state": {}, "digest": builds_file.entries_key([fp["modules"], fp["package_values"]])}
+        for fp in (base, changed)
+    ]
+    assert builds_file.same_build(*stripped)
+
+
+def test_the_same_pre_compile_state_in_two_temporary_folders_builds_the_same():
+    base = _fingerprinted(checks=[("parity", f"differs at {tempfile.mkdtemp()}/x")])
+    head = _fingerprinted(checks=[("parity", f"differs at {tempfile.mkdtemp()}/x")])
+    assert any(key.startswith("file ") for key in base["state"]) and any("tensor" in key for key in base["state"])
+    assert builds_file.compare(["m/a/t"], {"m/a/t": base}, {"m/a/t": head}) == (["m/a/t"], {})

@@ -93,6 +93,9 @@ class Pick:
     new_method: str = ""  # with new_cases: the new subpackage (its method), counted once however many picks name it
     gains: frozenset[str] = frozenset()  # tables the change adds keys to, whose code going over them it selects
     building: frozenset[str] = frozenset()  # of ``cases``, those that ran the changed code only while building
+    # No case selected because none can differ (a version no code compares with a constant), not because none ran
+    # the code: nothing left unjudged.
+    settled: bool = False
 
 
 def _count(cases: frozenset[str]) -> str:
@@ -400,7 +403,14 @@ class _Rules:
             }
             comparing = set().union(*(self.readers.by_comparison.get(name, set()) for name in spelled))
             cases = self.cases_reading(readers & comparing, {name for _, _, name in names})
-            return Pick(cases, f"{where}: a version: the {_count(cases)} that ran code comparing it")
+            if not cases:
+                return Pick(
+                    cases,
+                    f"{where}: a version no code run compares with a constant: each side saves and loads its own, so"
+                    " no case can differ",
+                    settled=True,
+                )
+            return Pick(cases, f"{where}: a version: the {_count(cases)} that ran code comparing it with a constant")
         cases = self.cases_reading(readers, {name for _, name in module_level})
         building = self.read_only_building(readers, {name for _, name in module_level}, cases)
         for p, scope, name in names:
@@ -608,7 +618,9 @@ def select(
         build_only=() if everything else tuple(sorted(cases - firm)),
         tables_gaining=tuple(sorted(set().union(*(pick.gains for pick in picks)))),
         names_rebound=() if everything else rules.rebound(changes),
-        unjudged=tuple(p.reason for p in ordered if p.cases is not EVERYTHING and not p.cases and not p.new_cases),
+        unjudged=tuple(
+            p.reason for p in ordered if p.cases is not EVERYTHING and not p.cases and not p.new_cases and not p.settled
+        ),
     )
 
 

@@ -88,22 +88,48 @@ def _is_version_call(node: ast.AST) -> bool:
     return "version" in name or name == "parse"
 
 
+def _holds_constant(node: ast.AST) -> bool:
+    """A literal string or number somewhere in ``node`` (``"0.19"``, ``Version("1.0")``, ``(0, 19)``)."""
+    return any(
+        isinstance(inner, ast.Constant)
+        and isinstance(inner.value, (str, int, float))
+        and not isinstance(inner.value, bool)
+        for inner in ast.walk(node)
+    )
+
+
+def _spelled_in(node: ast.AST) -> set[str]:
+    return {_spelled(inner) for inner in ast.walk(node)}
+
+
 @functools.cache
 def compared_names(function: ast.AST) -> frozenset[str]:
-    """The names (``name`` or ``module.name``) a function compares, tests or parses as a version: inside a comparison,
-    as the test of an ``if``, ``while``, conditional expression or ``assert``, or as an argument of a version-parsing
-    call (whose result may be compared later). A string only stored or passed on (into a saved config) is not."""
+    """The names (``name`` or ``module.name``) a function compares, tests or parses as a version, where the result
+    can differ between two versions of the package for the same input: compared with a constant (a threshold:
+    ``__version__ >= "0.19"``, ``Version(__version__) < Version("1.0")``), tested on its own (``if __version__:``, a
+    call in a test), or parsed as a version in a function that compares with a constant (whose parsed value may be
+    compared later). A comparison with another run-time value (``f"- PEFT {__version__}" not in lines``: a model
+    card the same side wrote) is not: each side saves and loads with its own version, so the two agree on each side.
+    A string only stored or passed on (into a saved config) is not either."""
     found: set[str] = set()
+    thresholds = False
+    compares = [node for node in ast.walk(function) if isinstance(node, ast.Compare)]
+    in_compares = {id(inner) for node in compares for inner in ast.walk(node)}
+    for node in compares:
+        operands = [node.left, *node.comparators]
+        for index, operand in enumerate(operands):
+            others = operands[:index] + operands[index + 1 :]
+            if any(_holds_constant(other) for other in others):
+                thresholds = True
+                found.update(_spelled_in(operand))
     for node in ast.walk(function):
-        scopes: list[ast.AST] = []
-        if isinstance(node, ast.Compare):
-            scopes.append(node)
-        elif isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
-            scopes.append(node.test)
-        elif _is_version_call(node):
-            scopes.extend([*node.args, *(k.value for k in node.keywords)])
-        for scope in scopes:
-            found.update(_spelled(inner) for inner in ast.walk(scope))
+        if isinstance(node, (ast.If, ast.While, ast.IfExp, ast.Assert)):
+            found.update(_spelled(inner) for inner in ast.walk(node.test) if id(inner) not in in_compares)
+    if thresholds:
+        for node in ast.walk(function):
+            if _is_version_call(node):
+                for argument in [*node.args, *(k.value for k in node.keywords)]:
+                    found.update(_spelled_in(argument))
     return frozenset(found - {""})
 
 

@@ -586,6 +586,31 @@ def test_a_version_string_selects_only_the_code_that_compares_it(tmp_path):
     bumped = {**files, "__init__.py": '__version__ = "0.18.1"\n'}
     chosen = select_between(footprints, _tree(tmp_path, "base", files), _tree(tmp_path, "head", bumped))
     assert chosen.cases == ("m/b/x",), chosen.reasons
+    # peft#3484: compared only with what the same side wrote (the model card it saves), the version reads the same on
+    # each side; the threshold is what selects.
+    card = (
+        "\n\ndef card(lines):\n    if f'- PEFT {__version__}' not in lines:\n"
+        "        lines.append(f'- PEFT {__version__}')\n    return lines\n"
+    )
+    footprints = Footprints(
+        ("m/a/x", "m/b/x", "m/c/x"),
+        {
+            "toy/readers.py::record": frozenset({"m/a/x"}),
+            "toy/readers.py::legacy": frozenset({"m/b/x"}),
+            "toy/readers.py::card": frozenset({"m/c/x"}),
+        },
+    )
+    with_card = {**files, "readers.py": readers + card}
+    bumped = {**with_card, "__init__.py": '__version__ = "0.18.1.dev0"\n'}
+    chosen = select_between(footprints, _tree(tmp_path, "b1", with_card), _tree(tmp_path, "h1", bumped))
+    assert chosen.cases == ("m/b/x",), chosen.reasons
+    no_threshold = {**with_card, "readers.py": readers.replace(" < version.parse('0.10')", "") + card}
+    chosen = select_between(
+        footprints,
+        _tree(tmp_path, "b3", no_threshold),
+        _tree(tmp_path, "h3", {**no_threshold, "__init__.py": '__version__ = "0.18.1.dev0"\n'}),
+    )
+    assert chosen.cases == (), chosen.reasons
     # Not a version: a string any reader may use as data (a prefix of parameter names) selects every reader.
     files = {"__init__.py": 'prefix = "lora_"\n', "readers.py": readers.replace("__version__", "prefix")}
     renamed = {**files, "__init__.py": 'prefix = "lora2_"\n'}

@@ -54,7 +54,7 @@ from compile_audit.artifacts.footprints_file import Footprints, FootprintsError
 from compile_audit.artifacts.footprints_file import load as load_footprints
 from compile_audit.artifacts.records import CaseRecord
 from compile_audit.artifacts.report import ReportCases, read_cases
-from gate_tools import checkout
+from gate_tools import checkout, why
 from gate_tools.venv import ScratchVenv
 
 EXIT_OK, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
@@ -543,6 +543,8 @@ def _clear_outputs(out: Path) -> None:
         "selected-unrecorded-on-head.txt",
         "base-cases.txt",
         "head-compared.json",
+        why.SELECTION,
+        why.BUILDS,
         NOT_JUDGED,
     ):
         (out / name).unlink(missing_ok=True)
@@ -665,6 +667,7 @@ def note_unjudged(opts: Options, status: int) -> int:
 
 def _selection_by_change(opts: Options, base_source: Path, head_source: Path) -> Chosen:
     footprints, selection = _select(opts, base_source, head_source)
+    why.write_selection(opts.out, selection)
     return dataclasses.replace(_chosen_by_change(opts, footprints, selection), unjudged=selection.unjudged)
 
 
@@ -695,7 +698,7 @@ def _chosen_by_change(opts: Options, footprints: Footprints, selection: Selectio
         )
     lines = [
         f"{len(selection.changed_files)} PEFT file(s) differ in executed code:",
-        *(f"  {reason}" for reason in selection.reasons),
+        *(f"  {decision.reason} [rule {decision.rule}]" for decision in selection.decisions),
     ]
     if selection.everything:
         return Chosen(["--full-matrix"], None, [*lines, "so the full matrix runs"])
@@ -747,6 +750,7 @@ def compare_builds(shell: Shell, sides: tuple[Side, Side], snapshot: Path, opts:
         except ValueError:
             found.append({})
     same, run = builds_file.compare(chosen.build_only, *found, chosen.tables_gaining, chosen.names_rebound)
+    why.write_builds(opts.out, same, run)
     gained = [case for case in same if not builds_file.same_build(found[0].get(case), found[1].get(case))]
     lines = [f"builds compared for {len(chosen.build_only)} case(s): {len(same)} built the same (not run)"]
     if gained:
@@ -1031,8 +1035,11 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None, shell: Shell | None = None, prog: str = PROG) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(arg == "--why" or arg.startswith("--why=") for arg in argv):
+        return why.main(argv, prog)
     try:
-        opts = parse_args(sys.argv[1:] if argv is None else argv, prog)
+        opts = parse_args(argv, prog)
         work, temporary = _work_dir(opts)
         try:
             return note_unjudged(opts, gate(opts, shell or Shell(), work))

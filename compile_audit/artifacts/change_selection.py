@@ -76,6 +76,8 @@ class Selection:
     names_rebound: tuple[str, ...] = ()
     # The changes no recorded case runs (and no new case stands for): code the gate cannot judge, each named.
     unjudged: tuple[str, ...] = ()
+    # Each change's pick, in the order of ``reasons``: which rule selected which cases (``scripts/gate --why``).
+    decisions: tuple[Decision, ...] = ()
 
     @property
     def nothing_executes_differently(self) -> bool:
@@ -83,6 +85,49 @@ class Selection:
 
 
 # ----------------------------------------------------------------------------- the rules
+
+
+# Every rule the selection decides by, by its stable id: what it covers. Each ``Pick`` names the rule that made it;
+# selection.md, ``scripts/gate --why`` and the self-tests speak of rules by these ids
+# (tests/selftest/test_selection_rules.py: each has a self-test and a recall plant shape).
+RULES: dict[str, str] = {
+    "unparsable-file": "a changed file that does not parse: every case",
+    "added-module-hook": "a module __getattr__/__dir__ added to a module that existed: every case",
+    "added-function": "a module-level function added: the cases that ran a function naming it",
+    "added-method": "a method added to a class: the cases of the class that ran a statement naming it (or an"
+    " ancestor's method it overrides); every case of the class where code outside the package may look it up",
+    "run-at-import": "a function importing the package runs: through the module-level statements calling it",
+    "cached-function": "a function with a process-wide cache: the cases that ran it or its callers",
+    "changed-statements": "a changed function: the cases that ran its changed statements",
+    "ran-function": "a removed or changed function the statement footprints cannot narrow: the cases that ran it",
+    "read-at-import": "a function no case ran that module-level code reads: every case",
+    "unrun-function": "a function no recorded case ran: the cases that ran its callers (or the ranks that may)",
+    "class-attribute": "an attribute of a plain class: the cases of the class that ran a statement naming it",
+    "class-statement": "a class statement: the cases that ran the class or a subclass (or code naming it)",
+    "class-body": "a class-body statement of a dataclass, enum or the like: the cases that ran the class",
+    "version-string": "a version string: the cases that ran code comparing it with a constant",
+    "module-name-readers": "a module-level name: the cases that ran a statement reading it (or a name computed"
+    " from it)",
+    "table-gains-entries": "a dict literal gaining entries, none changed: the cases that ran code iterating it",
+    "new-method-table-entry": "a table entry naming a class of a subpackage base lacks: the new method's cases",
+    "table-key-set": "a statement setting a key of a table: added, the code iterating it; removed, its readers",
+    "new-method-registration": "a registration call in a subpackage base lacks: the new cases, and the code"
+    " iterating the tables it writes",
+    "removed-subpackage": "a registration call in a subpackage head removes: its cases and the code iterating"
+    " the tables",
+    "import-time-effect": "a statement run at import that binds no name: its subpackage's cases, or every case",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """One change's pick as the selection reports it: the rule, why, the cases it selected (None: every case) and,
+    of them, those it reached only while building their model."""
+
+    rule: str
+    reason: str
+    cases: tuple[str, ...] | None
+    building: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +141,15 @@ class Pick:
     # No case selected because none can differ (a version no code compares with a constant), not because none ran
     # the code: nothing left unjudged.
     settled: bool = False
+    rule: str = ""  # its id in RULES
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"a pick names no rule of RULES: {self.rule!r} ({self.reason})")
+
+    def decision(self) -> Decision:
+        cases = None if self.cases is EVERYTHING else tuple(sorted(self.cases))
+        return Decision(self.rule, self.reason, cases, tuple(sorted(self.building)))
 
 
 def _count(cases: frozenset[str]) -> str:
@@ -191,9 +245,15 @@ class _Rules:
             if owner is not None:
                 return self.added_method(label, change.path, owner, change.qualname.rpartition(".")[2])
             if change.qualname in MODULE_HOOKS and len(self.readers.versions.get(change.path, ())) == 2:
-                return Pick(EVERYTHING, f"{label}: added: Python calls it for any missing attribute of the module")
+                return Pick(
+                    EVERYTHING,
+                    f"{label}: added: Python calls it for any missing attribute of the module",
+                    rule="added-module-hook",
+                )
             cases = self.unrun(change.path, change.qualname)
-            pick = Pick(cases, f"{label}: added: the {_count(cases)} that ran a function that names it")
+            pick = Pick(
+                cases, f"{label}: added: the {_count(cases)} that ran a function that names it", rule="added-function"
+            )
             callers = self.readers.of_name(change.qualname, change.path) if "<locals>" not in change.qualname else ()
             if callers and all(self.footprints.ran(caller) for caller in callers):  # no caller's callers joined
                 return self.marked(pick, self.read_only_building(callers, {change.qualname}, cases))
@@ -206,11 +266,12 @@ class _Rules:
             return Pick(
                 cases,
                 f"{label}: {change.kind}, cached once per process: the {_count(cases)} that ran it or its callers",
+                rule="cached-function",
             )
         if ran and change.kind == "changed" and change.base is not None and change.head is not None:
             return self.building(self.changed_statements(change, label, ran), label)
         if ran:
-            return self.building(Pick(ran, f"{label}: {change.kind}: run by {_count(ran)}"), label)
+            return self.building(Pick(ran, f"{label}: {change.kind}: run by {_count(ran)}", rule="ran-function"), label)
         at_import = self.readers.at_import_time(change.qualname, change.path) if owner is None else []
         if at_import and not self.known_unrun(label):  # else, known not to run at import
             path, statement = at_import[0]
@@ -218,6 +279,7 @@ class _Rules:
                 EVERYTHING,
                 f"{label}: {change.kind}, run by no recorded case, read at import by `{statement.text}` ({path}):"
                 " every case",
+                rule="read-at-import",
             )
         cases = self.unrun(change.path, change.qualname)
         if self.known_unrun(label):
@@ -226,9 +288,14 @@ class _Rules:
                 cases,
                 f"{label}: {change.kind}, run by no recorded case nor at import, though the footprints know it: the"
                 f" {_count(cases)} that could reach it in processes of their own (ranks), which no footprint holds",
+                rule="unrun-function",
             )
         where = f"ran {owner} (or a subclass) and code that names it" if owner else "ran code that names it"
-        return Pick(cases, f"{label}: {change.kind}, run by no recorded case: the {_count(cases)} that {where}")
+        return Pick(
+            cases,
+            f"{label}: {change.kind}, run by no recorded case: the {_count(cases)} that {where}",
+            rule="unrun-function",
+        )
 
     def known_unrun(self, key: str) -> bool:
         """The footprints know no case and no import ran the function, and nothing hides it from them: no block
@@ -249,10 +316,18 @@ class _Rules:
         found = self.readers.at_import_time(change.qualname, change.path) if owner is None else []
         calling = list({(path, statement.dump): (path, statement) for path, statement in found}.values())
         if not calling:
-            return Pick(EVERYTHING, f"{label}: {change.kind}, runs while the package is imported: every case")
+            return Pick(
+                EVERYTHING,
+                f"{label}: {change.kind}, runs while the package is imported: every case",
+                rule="run-at-import",
+            )
         picks = [self.statement(StatementChange(path, statement, "removed")) for path, statement in calling]
         if any(pick.cases is EVERYTHING for pick in picks):
-            return Pick(EVERYTHING, f"{label}: {change.kind}, runs while the package is imported: every case")
+            return Pick(
+                EVERYTHING,
+                f"{label}: {change.kind}, runs while the package is imported: every case",
+                rule="run-at-import",
+            )
         cases = ran.union(*(pick.cases for pick in picks))
         if change.cached:  # what importing computed is what later callers get
             cases |= self.unrun(change.path, change.qualname)
@@ -261,6 +336,7 @@ class _Rules:
             cases,
             f"{label}: {change.kind}, runs while the package is imported, called by {len(calling)} module-level"
             f" statement(s) ({shown}): the {_count(cases)} that ran it or read what those statements bind",
+            rule="run-at-import",
         )
 
     def added_method(self, label: str, path: str, owner: str, name: str) -> Pick:
@@ -273,7 +349,7 @@ class _Rules:
         whole = f"{label}: added to {owner}: the {_count(cases)} that ran it or a subclass"
         why = self.looked_up_outside(name)
         if why:
-            return Pick(cases, f"{whole} ({why})")
+            return Pick(cases, f"{whole} ({why})", rule="added-method")
         ancestors = [f"{p}::{q}.{name}" for p, q in self.readers.ancestors(path, owner)]
         readers = self.readers.of_attribute(name)
         narrowed = cases & (self.cases_reading(readers, {name}) | self.cases_of(ancestors))
@@ -281,6 +357,7 @@ class _Rules:
             narrowed,
             f"{label}: added to {owner}, a name only the package spells: the {_count(narrowed)} that ran {owner} (or"
             " a subclass) and a statement naming it or an ancestor's method of that name",
+            rule="added-method",
         )
         return self.marked(pick, self.read_only_building(readers, {name}, narrowed, ancestors))
 
@@ -306,13 +383,14 @@ class _Rules:
         for name in sorted(statement.binds):
             why = self.looked_up_outside(name)
             if why:
-                return Pick(cases, f"{whole} ({why})")
+                return Pick(cases, f"{whole} ({why})", rule="class-attribute")
         readers = self.readers.of_attribute_any(statement.binds)
         narrowed = cases & self.cases_reading(readers, statement.binds)
         pick = Pick(
             narrowed,
             f"{where}: an attribute of {owner}, a plain class, that only the package looks up: the {_count(narrowed)}"
             f" that ran {owner} (or a subclass) and a statement naming {_names(statement.binds)}",
+            rule="class-attribute",
         )
         return self.marked(pick, self.read_only_building(readers, statement.binds, narrowed))
 
@@ -349,7 +427,7 @@ class _Rules:
         for side, version, other in (("base", change.base, change.head), ("head", change.head, change.base)):
             indexes = code_changes.changed_statements(version, other)
             if indexes is None:
-                return Pick(ran, f"{label}: changed at its entry: run by {_count(ran)}")
+                return Pick(ran, f"{label}: changed at its entry: run by {_count(ran)}", rule="changed-statements")
             names, spans = version.statement_ids(), version.statement_lines()
             cases, known = self.footprints.ran_statements(label, (names[i] for i in indexes), version.enclosing())
             lines = ", ".join(str(spans[i][0]) for i in indexes[:6]) + (", ..." if len(indexes) > 6 else "")
@@ -357,7 +435,11 @@ class _Rules:
                 best = (known, cases, f"{side} lines {lines}")
         assert best is not None
         known, cases, where = best
-        return Pick(cases, f"{label}: changed ({where}): {len(cases)} of the {_count(ran)} that ran it ran that code")
+        return Pick(
+            cases,
+            f"{label}: changed ({where}): {len(cases)} of the {_count(ran)} that ran it ran that code",
+            rule="changed-statements",
+        )
 
     def statement(self, change: StatementChange) -> Pick:
         statement, path = change.statement, change.path
@@ -371,9 +453,15 @@ class _Rules:
             owner = f"{statement.scope}.{name}" if statement.scope else name
             cases = self.class_cases(path, owner)
             if cases:
-                return Pick(cases, f"{where}: the {_count(cases)} that ran {owner} or a subclass")
+                return Pick(
+                    cases, f"{where}: the {_count(cases)} that ran {owner} or a subclass", rule="class-statement"
+                )
             cases = self.cases_reading(self.readers.of_name(name, path), {name})
-            return Pick(cases, f"{where}: nothing ran {owner}: the {_count(cases)} that ran code naming it")
+            return Pick(
+                cases,
+                f"{where}: nothing ran {owner}: the {_count(cases)} that ran code naming it",
+                rule="class-statement",
+            )
         if statement.scope:
             # A member added to a class (an enum's): code that iterates the class sees it.
             leaf = statement.scope.rpartition(".")[2]
@@ -384,13 +472,16 @@ class _Rules:
             if cases and statement.kind == "other" and self.readers.plain_class(path, statement.scope):
                 return self.class_attribute(where, path, statement, cases)
             if cases:
-                return Pick(cases, f"{where}: the {_count(cases)} that ran {statement.scope} or a subclass")
+                return Pick(
+                    cases, f"{where}: the {_count(cases)} that ran {statement.scope} or a subclass", rule="class-body"
+                )
             readers = set().union(*(self.readers.of_attribute(n) for n in statement.binds))
             cases = self.cases_reading(readers, statement.binds)
             return Pick(
                 cases,
                 f"{where}: nothing ran {statement.scope}: the {_count(cases)} that ran a reader of"
                 f" {_names(statement.binds)}",
+                rule="class-body",
             )
         names = self.computed_from(path, set(statement.binds))
         module_level = {(p, name) for p, scope, name in names if not scope}
@@ -409,15 +500,24 @@ class _Rules:
                     f"{where}: a version no code run compares with a constant: each side saves and loads its own, so"
                     " no case can differ",
                     settled=True,
+                    rule="version-string",
                 )
-            return Pick(cases, f"{where}: a version: the {_count(cases)} that ran code comparing it with a constant")
+            return Pick(
+                cases,
+                f"{where}: a version: the {_count(cases)} that ran code comparing it with a constant",
+                rule="version-string",
+            )
         cases = self.cases_reading(readers, {name for _, name in module_level})
         building = self.read_only_building(readers, {name for _, name in module_level}, cases)
         for p, scope, name in names:
             if scope:  # a class attribute computed from it
                 computed = self.cases_reading(self.readers.of_attribute(name), {name}) & self.class_cases(p, scope)
                 cases, building = cases | computed, building - computed
-        pick = Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(n for _, _, n in names)}")
+        pick = Pick(
+            cases,
+            f"{where}: the {_count(cases)} that ran a reader of {_names(n for _, _, n in names)}",
+            rule="module-name-readers",
+        )
         return self.marked(pick, building)
 
     def iterated(self, names: set[tuple[str, str, str]]) -> frozenset[str]:
@@ -470,9 +570,10 @@ class _Rules:
                             f"{reason}; one names a class of {folder}/: the new cases",
                             new_cases=True,
                             new_method=folder,
+                            rule="new-method-table-entry",
                         )
                     )
-                picks.append(Pick(cases, reason, gains=frozenset(names)))
+                picks.append(Pick(cases, reason, gains=frozenset(names), rule="table-gains-entries"))
                 break
         return picks, [c for c in changes if id(c) not in paired]
 
@@ -487,10 +588,11 @@ class _Rules:
                 cases,
                 f"{where}: sets a key of {_names(tables_)}: the {_count(cases)} that ran code iterating it",
                 gains=frozenset(tables_),
+                rule="table-key-set",
             )
         readers = set().union(*(self.readers.of_name(n, change.path) | self.readers.of_attribute(n) for n in tables_))
         cases = self.cases_reading(readers, tables_)
-        return Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(tables_)}")
+        return Pick(cases, f"{where}: the {_count(cases)} that ran a reader of {_names(tables_)}", rule="table-key-set")
 
     def import_time_effect(self, path: str, where: str, statement: code_changes.Statement | None = None) -> Pick:
         """A statement that binds nothing acts at import (a registration call): on its own subpackage's cases; in
@@ -511,6 +613,7 @@ class _Rules:
                     new_cases=True,
                     new_method=folder,
                     gains=frozenset(written),
+                    rule="new-method-registration",
                 )
         if statement is not None and self.readers.in_removed_folder(path):
             written = self.readers.tables_written_by(statement.reads)
@@ -521,13 +624,20 @@ class _Rules:
                     cases,
                     f"{where}: ran at import in a subpackage head removes, adding keys to {_names(written)}: its"
                     f" {_count(own)}, and those that ran code iterating them: {_count(cases)}",
+                    rule="removed-subpackage",
                 )
         cases = self.footprints.ran_any(f"{folder}/") if "/" in folder else frozenset()
         if cases:
             return Pick(
-                cases, f"{where}: runs at import, binds no name: the {_count(cases)} that ran code of {folder}/"
+                cases,
+                f"{where}: runs at import, binds no name: the {_count(cases)} that ran code of {folder}/",
+                rule="import-time-effect",
             )
-        return Pick(EVERYTHING, f"{where}: runs at import and binds no name, in {folder}/: every case")
+        return Pick(
+            EVERYTHING,
+            f"{where}: runs at import and binds no name, in {folder}/: every case",
+            rule="import-time-effect",
+        )
 
     def less_new_subpackages(self, picks: list[Pick], paths: Iterable[str]) -> list[Pick]:
         """The picks less the cases that ran a subpackage base lacks: those are the new method's, which run as its
@@ -594,7 +704,7 @@ def select(
     rules = _Rules(footprints.without(readers.added_functions()), readers, changed, outside)
     rules.recorded = footprints
     rules.edited_statements = {id(change.statement) for module in changes for change in module.statements}
-    picks = [Pick(EVERYTHING, f"{message}: every case") for message in unparsable]
+    picks = [Pick(EVERYTHING, f"{message}: every case", rule="unparsable-file") for message in unparsable]
     for module in changes:
         picks += [rules.function(change) for change in module.functions]
         grown, statements = rules.tables_grown(module.path, module.statements)
@@ -621,6 +731,7 @@ def select(
         unjudged=tuple(
             p.reason for p in ordered if p.cases is not EVERYTHING and not p.cases and not p.new_cases and not p.settled
         ),
+        decisions=tuple(p.decision() for p in ordered),
     )
 
 

@@ -5,7 +5,10 @@ run a sample of cases on both sides, and report each case whose verdict changed 
 
 For each plant (drawn from every shape of :mod:`gate_tools.recall.sites`, seeded):
 
-- the selection between the installed PEFT and a copy with the plant (the gate's own, ``select_between``);
+- the selection between the installed PEFT and a copy with the plant (the gate's own, ``select_between``), then, as
+  the gate does, the build comparison of the sampled cases it reached only while building their model: each side
+  fingerprints them up to their first compile (``--build-fingerprints``), and those that built the same leave the
+  selection (the whole decision's recall, not the selection's alone);
 - a sample of recorded cases, stratified over methods, scenarios and models: half from the selection, the rest from
   what it left out, first the cases that ran the planted function;
 - each sampled case on base (the installed PEFT, one run for every plant's sample) and on head (the copy, first on
@@ -34,6 +37,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from compile_audit.artifacts import builds_file
 from compile_audit.artifacts.change_selection import ModuleCache, compare_sources, outside_of, package_files, select
 from compile_audit.artifacts.footprints_file import Footprints, FootprintsError
 from compile_audit.artifacts.footprints_file import load as load_footprints
@@ -58,6 +62,13 @@ class Outcome:
     probe_misses: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
     error: str = ""  # why head's run gave no report
+    # Of the sample, those the selection reached only while building (the build comparison decides them), and those
+    # of them that built the same on both sides (out of the selection, as the gate leaves them out).
+    build_only: list[str] = dataclasses.field(default_factory=list)
+    built_same: set[str] = dataclasses.field(default_factory=set)
+    tables_gaining: tuple[str, ...] = ()
+    names_rebound: tuple[str, ...] = ()
+    rules: tuple[str, ...] = ()  # the selection rules that decided the plant
 
     @property
     def changed(self) -> list[str]:
@@ -85,16 +96,21 @@ def _planted_copy(package: Path, plant: Plant, dest: Path) -> Path | None:
     return dest / package.name
 
 
-def _run_cases(cases: Sequence[str], folder: Path, python_path: Path | None, extra: Sequence[str]) -> tuple[Path, str]:
-    """The zoo on these cases (``--cases``); the report, and the run's tail where it wrote none."""
+def _run_cases(
+    cases: Sequence[str], folder: Path, python_path: Path | None, extra: Sequence[str], fingerprints: bool = False
+) -> tuple[Path, str]:
+    """The zoo on these cases (``--cases``); the report (with ``fingerprints``: their build fingerprints, the cases
+    stopped at their first compile), and the run's tail where it wrote none."""
     folder.mkdir(parents=True, exist_ok=True)
-    listing, report = folder / "cases.txt", folder / "report.json"
+    listing = folder / "cases.txt"
+    report = folder / ("builds.json" if fingerprints else "report.json")
     listing.write_text("".join(f"{case}\n" for case in cases), encoding="utf-8")
     env = {**os.environ}
     if python_path is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(python_path), env.get("PYTHONPATH", "")]))
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", f"--cases={listing}"]
-    command += [f"--compile-report={report}", *extra]
+    output = f"--build-fingerprints={report}" if fingerprints else f"--compile-report={report}"
+    command += [output, *extra]
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=checkout.find())
     (folder / "pytest.log").write_text(done.stdout + done.stderr, encoding="utf-8")
     return report, "" if report.exists() else (done.stdout + done.stderr).strip()[-600:]
@@ -138,9 +154,38 @@ class Harness:
             drawn = sample_cases(pool, selected, ran, sample, rng)
             outcome = Outcome(plant, len(selected), selection.everything, drawn)
             outcome.in_selection = {case for case in drawn if case in selected}
+            outcome.build_only = sorted(set(drawn) & set(selection.build_only))
+            outcome.tables_gaining, outcome.names_rebound = selection.tables_gaining, selection.names_rebound
+            outcome.rules = tuple(sorted({decision.rule for decision in selection.decisions}))
             (folder / "selection.txt").write_text("\n".join(selection.reasons) + "\n", encoding="utf-8")
             outcomes.append(outcome)
         return outcomes
+
+    def compare_builds(self, outcomes: Sequence[Outcome]) -> float:
+        """The gate's build comparison: the sampled cases each plant reached only while building are fingerprinted
+        on base (once, all plants' together) and on the plant's copy; those that built the same leave the selection.
+        A side without a fingerprint keeps the case in, as the gate does."""
+        started = time.monotonic()
+        wanted = sorted({case for outcome in outcomes for case in outcome.build_only})
+        if not wanted:
+            return 0.0
+        base = self._fingerprints(wanted, self.out / "base-builds", None)
+        for number, outcome in enumerate(outcomes):
+            if not outcome.build_only:
+                continue
+            folder = self.out / f"plant-{number:02d}"
+            head = self._fingerprints(outcome.build_only, folder / "head-builds", folder / "src")
+            same, _ = builds_file.compare(outcome.build_only, base, head, outcome.tables_gaining, outcome.names_rebound)
+            outcome.built_same = set(same)
+            outcome.in_selection -= outcome.built_same
+        return time.monotonic() - started
+
+    def _fingerprints(self, cases: Sequence[str], folder: Path, python_path: Path | None) -> dict[str, dict]:
+        path, _ = _run_cases(cases, folder, python_path, self.extra, fingerprints=True)
+        try:
+            return builds_file.read(path)
+        except ValueError:
+            return {}
 
     def run_base(self, outcomes: Sequence[Outcome], base_report: Path | None) -> float:
         started = time.monotonic()
@@ -193,12 +238,22 @@ def summary(outcomes: Sequence[Outcome], seconds: Mapping[str, float]) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     lines += [f"| {' | '.join(str(cell) for cell in row)} |" for row in rows]
-    lines += ["", f"CPU time: base {seconds['base']:.0f} s, head {seconds['head']:.0f} s (wall, summed over runs)"]
+    compared = sum(len(o.build_only) for o in outcomes)
+    same = sum(len(o.built_same) for o in outcomes)
+    lines += [
+        "",
+        f"Builds compared (the gate's build comparison on the sampled cases reached only while building): {compared}"
+        f" case(s), {same} built the same and left the selection.",
+        f"CPU time: builds {seconds.get('builds', 0.0):.0f} s, base {seconds['base']:.0f} s, head {seconds['head']:.0f}"
+        " s (wall, summed over runs)",
+    ]
     for outcome in outcomes:
         for case in outcome.misses:
             base, head = outcome.base[case], outcome.head.get(case)
+            how = "built the same, so left out" if case in outcome.built_same else "not selected"
             lines.append(
-                f"- selection missed: {case} ({base} -> {head}) under {outcome.plant.name} in {outcome.plant.where}"
+                f"- selection missed: {case} ({base} -> {head}; {how}) under {outcome.plant.name} in"
+                f" {outcome.plant.where} (rules: {', '.join(outcome.rules) or 'none'})"
             )
         for case in outcome.probe_misses:
             lines.append(f"- probe missed: {case} passed though its report names {outcome.plant.name}")
@@ -226,6 +281,8 @@ def _outcome_json(outcome: Outcome) -> dict[str, object]:
         "shape": plant.shape,
         "where": plant.where,
         "selected": "everything" if outcome.everything else outcome.selected,
+        "rules": list(outcome.rules),
+        "built_same": sorted(outcome.built_same),
         "cases": {
             case: {
                 "base": outcome.base.get(case),
@@ -284,7 +341,8 @@ def _main(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     harness = Harness(footprints, package, args.out)
     outcomes = harness.plan(plants, args.plants, args.sample, pool, rng)
-    seconds = {"base": harness.run_base(outcomes, args.base_report)}
+    seconds = {"builds": harness.compare_builds(outcomes)}
+    seconds["base"] = harness.run_base(outcomes, args.base_report)
     started = time.monotonic()
     with ThreadPoolExecutor(max(1, args.jobs)) as pool_of_runs:
         list(pool_of_runs.map(lambda pair: harness.run_head(*pair), enumerate(outcomes)))

@@ -37,8 +37,53 @@ OTHER_SHAPES = (
     "mapping-entry",
     "default",
     "import-rebound",
+    "added-method",
+    "added-function",
+    "added-class",
+    "renamed",
+    "unrun",
+    "at-import",
+    "module-getattr",
+    "version-bump",
+    "import-effect",
 )
-SHAPES = BREAK_SHAPES + OTHER_SHAPES
+# Changes before a case's first compile (functions the footprints list as run only while building): one that builds
+# the same (a statement that does nothing) and one that builds something else (a constant of the build changed).
+# The harness compares their builds as the gate does.
+BUILD_SHAPES = ("build-same", "build-constant")
+SHAPES = BREAK_SHAPES + OTHER_SHAPES + BUILD_SHAPES
+# The selection rules (change_selection.RULES) each shape's plants are decided by; a rule no shape exercises fails
+# tests/selftest/test_selection_rules.py. The multi-file shapes (a method added or removed as a subpackage) are the
+# gate's own plants (tests/tools/peft_plants.py: new-method, new-method-break), run end to end by tests/tools.
+_FUNCTION_RULES = ("changed-statements", "ran-function", "cached-function")
+SHAPE_RULES: dict[str, tuple[str, ...]] = {
+    **dict.fromkeys(BREAK_SHAPES, _FUNCTION_RULES),
+    "class-body": ("class-body", "class-attribute", "class-statement"),
+    "decorator": _FUNCTION_RULES,
+    "default": _FUNCTION_RULES,
+    "module-constant": ("module-name-readers",),
+    "class-attribute": ("class-attribute", "class-body"),
+    "mapping-entry": ("table-key-set", "table-gains-entries"),
+    "import-rebound": ("module-name-readers",),
+    "added-method": ("added-method",),
+    "added-function": ("added-function",),
+    "added-class": ("class-statement",),
+    "renamed": ("ran-function", "added-function", "added-method"),
+    "unrun": ("unrun-function", "read-at-import"),
+    "at-import": ("run-at-import",),
+    "module-getattr": ("added-module-hook",),
+    "version-bump": ("version-string",),
+    "import-effect": ("import-time-effect",),
+    "build-same": _FUNCTION_RULES,
+    "build-constant": _FUNCTION_RULES,
+    # A plant that does not parse is refused by the harness (Plant.apply), so the rule is the gate's own self-test's.
+    "unparsable (tests/selftest/test_selection_rules.py)": ("unparsable-file",),
+    "new-method, gate end to end (tests/tools/peft_plants.py)": (
+        "new-method-registration",
+        "new-method-table-entry",
+        "removed-subpackage",
+    ),
+}
 _HOOK_REGISTRATION = re.compile(r"register\w*hook")
 
 
@@ -177,7 +222,8 @@ class Sites:
         self._ran = {key for key, cases in footprints.runs.items() if cases}
 
     def files(self) -> list[str]:
-        return sorted({key.split("::", 1)[0] for key in self._ran})
+        """The files of functions some case ran, and the package's ``__init__.py`` (its version)."""
+        return sorted({key.split("::", 1)[0] for key in self._ran} | {f"{self.root.name}/__init__.py"})
 
     def read(self, path: str) -> str:
         return (self.root.parent / path).read_text(encoding="utf-8")
@@ -188,9 +234,17 @@ class Sites:
         except (OSError, SyntaxError):
             return
         hooks = _hooks(tree)
+        yield from self._added(path, tree)
         for function in _functions(tree):
-            if f"{path}::{function.qualname}" not in self._ran:
+            key = f"{path}::{function.qualname}"
+            if key not in self._ran:
+                yield from self._not_run(path, function, key)
                 continue
+            yield from self._renamed(path, function)
+            if self.footprints.ran_only_building(key) and self.footprints.ran_only_building(key) == self.footprints.ran(
+                key
+            ):
+                yield from self._at_build(path, function)
             shape = _shape(function, hooks)
             yield from self._breaks(path, function, shape)
             if shape in ("method", "module-helper") and not function.node.decorator_list:
@@ -199,6 +253,70 @@ class Sites:
             yield from self._defaults(path, function)
         yield from self._class_bodies(path, tree)
         yield from self._module_names(path, tree)
+
+    def _added(self, path: str, tree: ast.Module) -> Iterator[Plant]:
+        """A method added to each class that ran, and a function, a class, a module ``__getattr__`` and a statement
+        run at import added to the module, each before its first definition; ``__version__`` bumped."""
+        definitions = [node for node in tree.body if isinstance(node, ast.FunctionDef | ast.ClassDef)]
+        if definitions:
+            first = definitions[0]
+            line = first.decorator_list[0].lineno if first.decorator_list else first.lineno
+            added = {
+                "added-function": f"def _planted_recall():  {MARK}\n    return None\n\n",
+                "added-class": f"class _PlantedRecall:  {MARK}\n    pass\n\n",
+                "module-getattr": f"def __getattr__(name):  {MARK}\n    raise AttributeError(name)\n\n",
+                "import-effect": f'__import__("os").environ.get("PLANTED_RECALL")  {MARK}\n',
+            }
+            for shape, new in added.items():
+                yield Plant(shape, path, line, "<module>", new, False, indented=False)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            methods = [n for n in node.body if isinstance(n, ast.FunctionDef)]
+            if methods and self._class_ran(path, node.name):
+                line = methods[0].decorator_list[0].lineno if methods[0].decorator_list else methods[0].lineno
+                new = f"def _planted_recall(self):  {MARK}\n    return None\n"
+                yield Plant("added-method", path, line, node.name, new, False)
+        if path.endswith("/__init__.py"):
+            for statement in tree.body:
+                if _assigns_one_name(statement) and statement.targets[0].id == "__version__":
+                    value = statement.value
+                    if (
+                        isinstance(value, ast.Constant)
+                        and isinstance(value.value, str)
+                        and value.lineno == value.end_lineno
+                    ):
+                        bumped = repr(f"{value.value}.post1")
+                        span = (value.col_offset, value.end_col_offset or 0)
+                        yield Plant("version-bump", path, value.lineno, "__version__", bumped, False, span=span)
+
+    def _not_run(self, path: str, function: _Function, key: str) -> Iterator[Plant]:
+        """A break in a function no case ran: one importing the package runs, or one nothing runs."""
+        statements = _body_statements(function.node)
+        if statements:
+            shape = "at-import" if key in self.footprints.at_import else "unrun"
+            yield Plant(shape, path, statements[0].lineno, function.qualname, f"{BREAK}  {MARK}", True)
+
+    def _renamed(self, path: str, function: _Function) -> Iterator[Plant]:
+        """The function renamed: removed under its name (its callers fail), added under another."""
+        node = function.node
+        header = self.read(path).splitlines()[node.lineno - 1]
+        start = header.find(f"def {node.name}(")
+        if start >= 0 and not node.name.startswith("__"):
+            span = (start + 4, start + 4 + len(node.name))
+            yield Plant("renamed", path, node.lineno, function.qualname, f"{node.name}_planted", False, span=span)
+
+    def _at_build(self, path: str, function: _Function) -> Iterator[Plant]:
+        """A function every case that ran it ran only while building its model: a statement that does nothing, and a
+        constant of its body changed."""
+        statements = _body_statements(function.node)
+        if statements:
+            yield Plant("build-same", path, statements[0].lineno, function.qualname, f"pass  {MARK}", False)
+        for node in ast.walk(function.node):
+            numeric = isinstance(node, ast.Constant) and not isinstance(node.value, str)
+            if numeric and _changed_constant(node) is not None and node.lineno > function.node.lineno:
+                yield from _constant_changed("build-constant", path, node, function.qualname)
+                break
 
     def _breaks(self, path: str, function: _Function, shape: str) -> Iterator[Plant]:
         statements = _body_statements(function.node)

@@ -548,6 +548,7 @@ def test_an_added_method_selects_its_new_cases_and_the_code_iterating_its_tables
     assert not chosen.everything and chosen.cases == ("m/list/x",), chosen.reasons
     assert chosen.new_cases and chosen.new_methods == 1
     assert any("new subpackage and adds keys to TABLE" in reason for reason in chosen.reasons), chosen.reasons
+    assert "new-method-registration" in {d.rule for d in chosen.decisions}
 
 
 def test_an_added_mapping_entry_selects_the_code_iterating_that_mapping(tmp_path):
@@ -668,6 +669,7 @@ def test_a_removed_method_selects_its_cases_and_the_code_iterating_its_tables_no
     head = {name: text for name, text in files.items() if not name.startswith("oldm/")}
     chosen = select_between(footprints, _tree(tmp_path, "base", files), _tree(tmp_path, "head", head))
     assert not chosen.everything and chosen.cases == ("m/list/x", "m/oldm/x"), chosen.reasons
+    assert "removed-subpackage" in {d.rule for d in chosen.decisions}
 
 
 TABLE_READERS = (
@@ -734,6 +736,7 @@ def test_a_method_put_in_a_table_literal_is_a_new_method(tmp_path):
     }
     chosen = select_between(TABLE_FOOTPRINTS, _tree(tmp_path, "base", files), _tree(tmp_path, "head", head))
     assert (chosen.cases, chosen.new_methods, chosen.new_cases) == (("m/b/x", "m/c/x"), 1, True), chosen.reasons
+    assert {"new-method-table-entry", "table-gains-entries"} <= {d.rule for d in chosen.decisions}
 
 
 def test_a_function_the_change_adds_was_run_by_no_case_even_where_a_later_footprints_file_lists_it(tmp_path):

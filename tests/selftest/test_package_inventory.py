@@ -105,6 +105,7 @@ def test_a_function_run_while_the_package_is_imported_selects_every_case(tmp_pat
     chosen = _changed(tmp_path, footprints, "return inner()", "return inner() or name")
     assert chosen.everything, chosen.reasons
     assert "runs while the package is imported: every case" in chosen.reasons[0]
+    assert chosen.decisions[0].rule == "run-at-import"
 
 
 def test_the_inventory_round_trips_through_the_footprints_file(tmp_path):

@@ -70,6 +70,19 @@ LAYER = textwrap.dedent(
 
     def register_forward_pre_hook(hook):
         return hook
+
+
+    def unused():
+        return 1
+
+
+    def registered():
+        return 2
+
+
+    def build_step(model):
+        model.scale = 0.5
+        return model
     """
 )
 FUNCTIONS = (
@@ -88,14 +101,25 @@ CASES = ("tiny-a/m1/s1", "tiny-a/m2/s1", "tiny-b/m1/s2", "tiny-b/m2/s2", "tiny-a
 def toy_package(tmp_path: Path) -> Path:
     package = tmp_path / "site" / "toy"
     package.mkdir(parents=True)
-    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "__init__.py").write_text(INIT, encoding="utf-8")
     (package / "layer.py").write_text(LAYER, encoding="utf-8")
     return package
 
 
+INIT = '__version__ = "1.0"\n'
+
+
 def toy_footprints(**runs: frozenset[str]) -> Footprints:
+    """Every function of FUNCTIONS run by every case; ``registered`` by importing the package; ``build_step`` only
+    while building; ``unused`` by nothing."""
     every = frozenset(CASES)
-    return Footprints(CASES, {f"toy/layer.py::{name}": runs.get(name, every) for name in FUNCTIONS})
+    ran = {f"toy/layer.py::{name}": runs.get(name, every) for name in FUNCTIONS}
+    return Footprints(
+        CASES,
+        {**ran, "toy/layer.py::build_step": every},
+        build_only={"toy/layer.py::build_step": every},
+        at_import=frozenset({"toy/layer.py::registered"}),
+    )
 
 
 def test_every_shape_has_a_site_and_each_plant_compiles_where_it_says(tmp_path):
@@ -104,13 +128,14 @@ def test_every_shape_has_a_site_and_each_plant_compiles_where_it_says(tmp_path):
     assert [shape for shape in SHAPES if not found[shape]] == []
     for plants in found.values():
         for plant in plants:
-            edited = plant.apply(LAYER)
+            text = INIT if plant.path.endswith("__init__.py") else LAYER
+            edited = plant.apply(text)
             assert edited is not None, plant
             planted = edited.splitlines()[plant.line - 1]
             if plant.span is None:
                 assert MARK in planted, (plant, planted)
             else:
-                assert planted != LAYER.splitlines()[plant.line - 1], plant
+                assert planted != text.splitlines()[plant.line - 1], plant
 
 
 def test_a_function_no_case_ran_is_no_site(tmp_path):
@@ -147,8 +172,31 @@ def test_a_changed_verdict_outside_the_selection_is_a_miss():
     assert outcome.changed == ["tiny-a/m1/s1", "tiny-b/m2/s2"]
     assert outcome.misses == ["tiny-b/m2/s2"]
     text = summary([outcome], {"base": 1.0, "head": 2.0})
-    assert "selection missed: tiny-b/m2/s2 (passed -> failed)" in text
+    assert "selection missed: tiny-b/m2/s2 (passed -> failed; not selected)" in text
     assert "| all | 1 | 2 | 2 | 1 | 1 | 0 | 50% | 100% |" in text
+
+
+def test_a_case_the_build_comparison_left_out_whose_verdict_changed_is_a_miss(monkeypatch, tmp_path):
+    """The whole decision: a case the selection reached only while building, whose builds compare equal, leaves the
+    selection as the gate leaves it; if its verdict changed, the build comparison missed it."""
+    plant = Plant("build-constant", "toy/layer.py", 20, "build_step", "0.25", False, span=(0, 3))
+    outcome = Outcome(plant, 2, False, ["tiny-a/m1/s1", "tiny-b/m2/s2"], in_selection={"tiny-a/m1/s1", "tiny-b/m2/s2"})
+    outcome.build_only = ["tiny-a/m1/s1", "tiny-b/m2/s2"]
+    same = {"digest": "1", "modules": [], "package_values": {}, "state": {}}
+    differs = {**same, "digest": "2", "state": {"check parity #0": "x"}}
+    prints = {
+        None: {"tiny-a/m1/s1": same, "tiny-b/m2/s2": same},
+        "src": {"tiny-a/m1/s1": differs, "tiny-b/m2/s2": same},
+    }
+    runner = harness.Harness.__new__(harness.Harness)
+    runner.out, runner.extra = tmp_path, ()
+    monkeypatch.setattr(runner, "_fingerprints", lambda cases, folder, path: prints[path.name if path else None])
+    runner.compare_builds([outcome])
+    assert outcome.built_same == {"tiny-b/m2/s2"} and outcome.in_selection == {"tiny-a/m1/s1"}
+    outcome.base = {"tiny-a/m1/s1": "passed", "tiny-b/m2/s2": "passed"}
+    outcome.head = {"tiny-a/m1/s1": "failed", "tiny-b/m2/s2": "failed"}
+    assert outcome.misses == ["tiny-b/m2/s2"]
+    assert "tiny-b/m2/s2 (passed -> failed; built the same, so left out)" in summary([outcome], {"base": 1, "head": 1})
 
 
 def _fake_runs(monkeypatch, head_status: dict[str, str], mention: str = "") -> None:

@@ -698,7 +698,7 @@ def _chosen_by_change(opts: Options, footprints: Footprints, selection: Selectio
         )
     lines = [
         f"{len(selection.changed_files)} PEFT file(s) differ in executed code:",
-        *(f"  {decision.reason} [rule {decision.rule}]" for decision in selection.decisions),
+        *(f"  {reason}{_rule_of(selection, reason)}" for reason in selection.reasons),
     ]
     if selection.everything:
         return Chosen(["--full-matrix"], None, [*lines, "so the full matrix runs"])
@@ -730,6 +730,12 @@ def _chosen_by_change(opts: Options, footprints: Footprints, selection: Selectio
         selection.tables_gaining,
         selection.names_rebound,
     )
+
+
+def _rule_of(selection: Selection, reason: str) -> str:
+    """`` [rule ID]``: the selection rule that gave this reason (blank where the selection names none)."""
+    rules = {decision.reason: decision.rule for decision in selection.decisions}
+    return f" [rule {rules[reason]}]" if reason in rules else ""
 
 
 def compare_builds(shell: Shell, sides: tuple[Side, Side], snapshot: Path, opts: Options, chosen: Chosen) -> Chosen:

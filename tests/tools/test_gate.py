@@ -898,3 +898,38 @@ def test_changed_code_no_case_runs_is_listed_as_not_judged_in_selection_md_and_d
     diff = (tmp_path / "out" / "diff.md").read_text()
     assert f"## Not judged: changed code no compile case runs (1)\n\n- {reason}\n" in diff
     assert "not judged: the changed code no compile case runs is listed" in out
+
+
+def test_why_names_the_rules_and_changes_that_selected_a_case_and_what_the_build_comparison_decided(tmp_path, capsys):
+    from compile_audit.artifacts.change_selection import Decision, Selection
+    from gate_tools import why
+
+    selection = Selection(
+        False,
+        ("m/lora/hotswap", "m/lora/train"),
+        ("peft/utils/hotswap.py::prepare: changed", "peft/x.py: `A = 1`: readers"),
+        build_only=("m/lora/hotswap",),
+        decisions=(
+            Decision(
+                "changed-statements",
+                "peft/utils/hotswap.py::prepare: changed",
+                ("m/lora/hotswap",),
+                ("m/lora/hotswap",),
+            ),
+            Decision("module-name-readers", "peft/x.py: `A = 1`: readers", ("m/lora/train",)),
+        ),
+    )
+    why.write_selection(tmp_path, selection)
+    why.write_builds(tmp_path, [], {"m/lora/hotswap": "built differently: check hot-swap preparation #0 differs"})
+    (tmp_path / why.SELECTED).write_text("m/lora/hotswap\nm/lora/train\n")
+    assert gate.main(["--why", "m/lora/hotswap", "--out", str(tmp_path)], prog="scripts/gate") == 0
+    out = capsys.readouterr().out
+    assert "selected only while building its model by rule changed-statements: peft/utils/hotswap.py::prepare" in out
+    assert "build comparison: runs: built differently: check hot-swap preparation #0 differs" in out
+    assert "so it ran on both sides" in out
+    why.write_builds(tmp_path, ["m/lora/hotswap"], {})
+    (tmp_path / why.SELECTED).write_text("m/lora/train\n")
+    lines = why.explain(tmp_path, "m/lora/hotswap")
+    assert lines[-2].startswith("build comparison: built the same") and lines[-1] == "so it did not run"
+    assert why.explain(tmp_path, "m/ia3/train")[0].startswith("not selected: no change reaches it")
+    assert gate.main(["--why", "m/a/b", "--out", str(tmp_path / "none")], prog="scripts/gate") == 2

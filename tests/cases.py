@@ -275,8 +275,9 @@ TINY_MODELS = tuple(key for key, spec in MODELS.items() if spec.cpu_matrix and n
 LINEAR_TINY_MODELS = tuple(
     key for key in TINY_MODELS if key not in ("gpt2-tiny", "qwen3-moe-tiny", "convnext-tiny", "mha-tiny")
 )
-# The methods PEFT has a Conv2d layer for (the others skip on convnext-tiny with PEFT's words, bench_models.methods).
-CONV_METHODS = ("lora", "lora-dora", "lora-conv-groups", "adalora", "ia3", "loha", "lokr", "boft", "oft", "hra", "hira")
+# Of the methods PEFT has a Conv2d layer for (the others skip on convnext-tiny with PEFT's words, bench_models.methods),
+# the default run compiles one of each family of conv code (LoRA's, DoRA's, grouped, a scaling, an orthogonal one).
+CONV_DEFAULT_METHODS = ("lora", "lora-dora", "lora-conv-groups", "ia3", "oft")
 QUANTIZED_MODELS = tuple(key for key, spec in MODELS.items() if spec.cpu_matrix and spec.quantization)
 QUANTIZED_DEFAULT_METHODS = ("lora", "lora-dora")  # QLoRA's two setups
 GPU_MODELS = ("llama-tiny", "llama-3.2-1b", "llama-3.2-3b", "qwen2.5-0.5b")
@@ -355,8 +356,9 @@ SELECTION: tuple[Row, ...] = (
     Row(
         TRAIN_EVAL_TRAIN,
         "convnext-tiny",
-        named(*CONV_METHODS),
-        "every method with a Conv2d layer, on ConvNeXt's plain and depthwise (groups > 1) convolutions",
+        named(*CONV_DEFAULT_METHODS),
+        "a method of each family of conv code, on ConvNeXt's plain and depthwise (groups > 1) convolutions; the"
+        " other methods with a Conv2d layer with --full-matrix",
     ),
     Row(
         (TRAIN_EVAL_TRAIN, "merge-unmerge"),

@@ -2,7 +2,7 @@
 (``compile_audit.probe.builds``), nothing judged. The gate runs it on both sides for the cases a change reaches only
 through code they ran while building their model: equal fingerprints, the same compile (``gate_tools.gate``).
 
-PATH: ``compile_audit.artifacts.builds_file``.
+PATH: ``compile_audit.selection.builds_file``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from compile_audit.artifacts import builds_file
 from compile_audit.files import write_text_atomic
 from compile_audit.probe import builds
+from compile_audit.selection import builds_file
 
 OPTION = "--build-fingerprints"
 INCOMPATIBLE = ("--update-budgets", "--record-budgets", "--footprints-only")

@@ -65,7 +65,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--footprints-only",
         action="store_true",
         help="run every case with Dynamo disabled, only to record its footprint into the report; judges nothing"
-        " (python -m compile_audit.artifacts.change_selection record)",
+        " (python -m compile_audit.selection.change_selection record)",
     )
     fingerprints.add_option(group)
     time_limits.add_options(group)

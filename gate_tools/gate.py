@@ -7,7 +7,7 @@ needs it, then the diff.
 First both PEFT SPECs are fetched without their dependencies (anything pip installs: ``peft==0.21.2``, a local
 path, ``git+https://github.com/huggingface/peft@<ref>``), and the selection is computed from their source
 (``--select change``: the cases that ran a function whose executed code differs,
-compile_audit.artifacts.change_selection).
+compile_audit.selection.change_selection).
 A change that selects no case ends there, with exit 0 and the reason, before any virtualenv is built.
 
 Head then runs the selection in a fresh virtualenv with torch (``--torch``, default: the torch version of the
@@ -47,13 +47,13 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from compile_audit.artifacts import builds_file
-from compile_audit.artifacts.change_selection import Selection, select_between
 from compile_audit.artifacts.diff import NotJudged, fails, lonely_lines, not_judged_lines, not_judged_summary
-from compile_audit.artifacts.footprints_file import Footprints, FootprintsError
-from compile_audit.artifacts.footprints_file import load as load_footprints
 from compile_audit.artifacts.records import CaseRecord
 from compile_audit.artifacts.report import ReportCases, read_cases
+from compile_audit.selection import builds_file
+from compile_audit.selection.change_selection import Selection, select_between
+from compile_audit.selection.footprints_file import Footprints, FootprintsError
+from compile_audit.selection.footprints_file import load as load_footprints
 from gate_tools import checkout, why
 from gate_tools.venv import ScratchVenv
 

@@ -1,4 +1,4 @@
-"""Builds compared over PEFT's history, for the replay (``compile_audit.artifacts.history_replay --builds-compared``):
+"""Builds compared over PEFT's history, for the replay (``compile_audit.selection.history_replay --builds-compared``):
 for chosen commits, the cases the selection reaches only while building are fingerprinted on the commit's parent and
 on the commit, each side's PEFT imported from its own source tree, as the gate would on that pull request.
 
@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from compile_audit.artifacts import builds_file
-from compile_audit.artifacts.footprints_file import FootprintsError, load
-from compile_audit.artifacts.history_replay import Git, commit_selection
 from compile_audit.files import write_text_atomic
+from compile_audit.selection import builds_file
+from compile_audit.selection.footprints_file import FootprintsError, load
+from compile_audit.selection.history_replay import Git, commit_selection
 from gate_tools import checkout
 
 ROOT = checkout.find() or Path()

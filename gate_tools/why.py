@@ -1,5 +1,5 @@
 """Why the gate ran or skipped one case: the changes and rules that selected it (``RULES`` ids in
-``compile_audit.artifacts.change_selection``), whether it was reached only while building its model, and what the
+``compile_audit.selection.change_selection``), whether it was reached only while building its model, and what the
 build comparison decided. Read from a gate run's OUT folder (``selection.json``, ``builds-compared.json``,
 ``selected-cases.txt``), which the gate writes as it decides.
 
@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from compile_audit.artifacts.change_selection import Selection
+from compile_audit.selection.change_selection import Selection
 
 SELECTION = "selection.json"
 BUILDS = "builds-compared.json"

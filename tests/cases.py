@@ -452,7 +452,7 @@ def cases_for(
     scenario: str, *, full_matrix: bool = False, cpu_backend: str = "eager", with_cases: frozenset[str] = frozenset()
 ) -> list[Case]:
     """The scenario's cases: the default selection, or the full matrix; ``with_cases``: the default selection plus
-    the full-matrix cases of these ids (a selection by change, compile_audit.artifacts.change_selection)."""
+    the full-matrix cases of these ids (a selection by change, compile_audit.selection.change_selection)."""
     cases = _cases_for(scenario, full_matrix=full_matrix, cpu_backend=cpu_backend)
     if full_matrix or not with_cases:
         return cases

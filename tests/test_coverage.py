@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from compile_audit.artifacts import coverage
+from compile_audit.selection import coverage
 from tests.tools.coverage import coverage_rows, version_mismatch
 
 

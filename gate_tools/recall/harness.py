@@ -37,11 +37,11 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from compile_audit.artifacts import builds_file
-from compile_audit.artifacts.change_selection import ModuleCache, compare_sources, outside_of, package_files, select
-from compile_audit.artifacts.footprints_file import Footprints, FootprintsError
-from compile_audit.artifacts.footprints_file import load as load_footprints
 from compile_audit.artifacts.report import ReportError, read_cases
+from compile_audit.selection import builds_file
+from compile_audit.selection.change_selection import ModuleCache, compare_sources, outside_of, package_files, select
+from compile_audit.selection.footprints_file import Footprints, FootprintsError
+from compile_audit.selection.footprints_file import load as load_footprints
 
 from .. import checkout
 from .sampling import draw_plants, sample_cases

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from compile_audit.artifacts.footprints_file import Footprints
+from compile_audit.selection.footprints_file import Footprints
 
 MARK = "# PLANTED recall"
 BREAK = '__import__("torch")._dynamo.graph_break()'

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from compile_audit.artifacts.change_selection import compare_sources, package_files, select
-from compile_audit.artifacts.footprints_file import Footprints
-from compile_audit.artifacts.outside_names import spelled_outside, suite_files
+from compile_audit.selection.change_selection import compare_sources, package_files, select
+from compile_audit.selection.footprints_file import Footprints
+from compile_audit.selection.outside_names import spelled_outside, suite_files
 
 pytestmark = pytest.mark.selftest
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from compile_audit.artifacts import builds_file, footprints_file
-from compile_audit.artifacts.change_selection import select_between
 from compile_audit.probe import builds, footprint
 from compile_audit.probe.footprint import FootprintRecorder
+from compile_audit.selection import builds_file, footprints_file
+from compile_audit.selection.change_selection import select_between
 from tests.selftest.test_change_selection import BASE, TOY_FOOTPRINTS, _packages, _toy
 
 pytestmark = pytest.mark.selftest

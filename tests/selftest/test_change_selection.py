@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-from compile_audit.artifacts import change_selection, footprints_file
-from compile_audit.artifacts.change_selection import select_between
-from compile_audit.artifacts.footprints_file import Footprints
 from compile_audit.probe.footprint import FootprintRecorder
 from compile_audit.probe.recompiles import CountingBackend
+from compile_audit.selection import change_selection, footprints_file
+from compile_audit.selection.change_selection import select_between
+from compile_audit.selection.footprints_file import Footprints
 
 pytestmark = pytest.mark.selftest
 
@@ -224,7 +224,7 @@ BRANCHY = (
 
 
 def _function(text: str, name: str = "run"):
-    from compile_audit.artifacts.code_changes import parse_module
+    from compile_audit.selection.code_changes import parse_module
 
     return parse_module("toy/branchy.py", text).functions[name]
 
@@ -255,7 +255,7 @@ def _recorded(path: str, text: str, lines: dict[str, list[int]]) -> Footprints:
     ],
 )
 def test_a_changed_function_names_the_statements_a_case_must_have_run(edit, expected):
-    from compile_audit.artifacts.code_changes import changed_statements
+    from compile_audit.selection.code_changes import changed_statements
 
     base = _function(BRANCHY)
     head = _function(BRANCHY.replace(*edit))
@@ -291,7 +291,7 @@ def test_statements_narrow_a_changed_function_to_the_cases_that_ran_the_change(t
 
 
 def test_a_change_inside_a_branch_taken_only_under_compile_counts_for_whoever_reached_the_branch():
-    from compile_audit.artifacts.code_changes import changed_statements
+    from compile_audit.selection.code_changes import changed_statements
 
     text = "def run(x):\n    y = x\n    if torch.compiler.is_compiling():\n        y = y + 1\n    return y\n"
     base, head = _function(text), _function(text.replace("y + 1", "y + 2"))
@@ -475,7 +475,7 @@ def test_a_module_level_getattr_added_selects_every_case(tmp_path):
 
 def test_a_module_level_getattr_in_a_new_module_selects_what_reaches_that_module():
     """A new module's ``__getattr__`` answers only code that names the new module, which is new itself."""
-    from compile_audit.artifacts.change_selection import Source, compare_sources, select
+    from compile_audit.selection.change_selection import Source, compare_sources, select
 
     footprints = Footprints(("m/a/x",), {"toy/layer.py::build": frozenset({"m/a/x"})})
     layer = Source("1", lambda: "def build():\n    return 1\n")

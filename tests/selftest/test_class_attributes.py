@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from compile_audit.artifacts.footprints_file import Footprints
+from compile_audit.selection.footprints_file import Footprints
 from tests.selftest.test_added_methods import layer_change
 
 pytestmark = pytest.mark.selftest

@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 from bench_models.layer_forwards import LayerBase, forwards_in
-from compile_audit.artifacts import coverage
-from compile_audit.artifacts.footprints_file import Footprints
+from compile_audit.selection import coverage
+from compile_audit.selection.footprints_file import Footprints
 from tests.tools.coverage import version_mismatch
 
 pytestmark = pytest.mark.selftest

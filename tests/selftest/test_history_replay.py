@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from compile_audit.artifacts import history_replay
-from compile_audit.artifacts.footprints_file import Footprints
+from compile_audit.selection import history_replay
+from compile_audit.selection.footprints_file import Footprints
 
 pytestmark = pytest.mark.selftest
 

@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from compile_audit.artifacts import footprints_file, package_inventory
-from compile_audit.artifacts.change_selection import select_between
-from compile_audit.artifacts.footprints_file import Footprints
+from compile_audit.selection import footprints_file, package_inventory
+from compile_audit.selection.change_selection import select_between
+from compile_audit.selection.footprints_file import Footprints
 
 pytestmark = pytest.mark.selftest
 

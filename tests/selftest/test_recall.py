@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from compile_audit.artifacts.footprints_file import Footprints
 from compile_audit.case_ids import CaseId
+from compile_audit.selection.footprints_file import Footprints
 from gate_tools.recall import harness
 from gate_tools.recall.harness import Outcome, probe_misses, summary
 from gate_tools.recall.sampling import sample_cases, stratified
@@ -272,7 +272,7 @@ def test_an_unknown_shape_is_a_clear_error(tmp_path, monkeypatch, capsys):
 
 
 def _selection(cases: frozenset[str]):
-    from compile_audit.artifacts.change_selection import Selection
+    from compile_audit.selection.change_selection import Selection
 
     return Selection(False, tuple(sorted(cases)), ("toy",), ("toy/layer.py",))
 

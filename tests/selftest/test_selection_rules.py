@@ -1,4 +1,4 @@
-"""Every selection rule by its id (``RULES`` in compile_audit.artifacts.change_selection): each named here or in
+"""Every selection rule by its id (``RULES`` in compile_audit.selection.change_selection): each named here or in
 another self-test on a toy change it decides, and each exercised by a plant shape of the recall harness
 (``gate_tools.recall.sites.SHAPE_RULES``). A rule without either fails, as does a pick naming no rule."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from compile_audit.artifacts import change_selection
-from compile_audit.artifacts.change_selection import RULES, Pick, select_between
-from compile_audit.artifacts.footprints_file import Footprints
+from compile_audit.selection import change_selection
+from compile_audit.selection.change_selection import RULES, Pick, select_between
+from compile_audit.selection.footprints_file import Footprints
 from gate_tools.recall.sites import SHAPE_RULES
 from tests.selftest.test_change_selection import BASE, TOY_FOOTPRINTS, _toy
 

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from bench_models.layer_forwards import installed_layer_forwards, peft
-from compile_audit.artifacts import coverage, footprints_file
+from compile_audit.selection import coverage, footprints_file
 
 TESTS = Path(__file__).resolve().parents[1]
 FOOTPRINTS = TESTS / "footprints.json"

@@ -15,7 +15,7 @@ PATH = Path(__file__).resolve().parents[1] / "new_method_cases.json"
 WHY = (
     "the cases a method the registry does not know gets in the default run (tests/cases.py, SELECTION, its DERIVED"
     " rows), {method} in place of its name: what the gate runs for a pull request that adds a method. The replay"
-    " (compile_audit.artifacts.history_replay) prices a new method as these cases of the matrix's methods, on"
+    " (compile_audit.selection.history_replay) prices a new method as these cases of the matrix's methods, on"
     " average. Written by python -m tests.tools.new_method_cases"
 )
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from compile_audit.artifacts import builds_file, diff
-from compile_audit.artifacts.change_selection import Selection
-from compile_audit.artifacts.footprints_file import Footprints
+from compile_audit.artifacts import diff
 from compile_audit.artifacts.report import read_cases
+from compile_audit.selection import builds_file
+from compile_audit.selection.change_selection import Selection
+from compile_audit.selection.footprints_file import Footprints
 from gate_tools import gate
 
 pytestmark = pytest.mark.selftest
@@ -46,7 +47,7 @@ def report(*cases: dict) -> dict:
 class FakeShell:
     """Answers the gate's commands: pip and venv succeed unless a pip spec is in `failing_installs`; pytest
     writes `reports[side]` (None: writes nothing) and exits `pytest_status[side]`; the diff exits `diff_status`.
-    `selection` is what the change selects (compile_audit.artifacts.change_selection)."""
+    `selection` is what the change selects (compile_audit.selection.change_selection)."""
 
     def __init__(self, *, diff_status: int = 0, diff_stderr: str = "", cuda: bool = False, torch: str = "2.13.0+cpu"):
         self.commands: list[tuple[list[str], dict[str, str]]] = []
@@ -901,7 +902,7 @@ def test_changed_code_no_case_runs_is_listed_as_not_judged_in_selection_md_and_d
 
 
 def test_why_names_the_rules_and_changes_that_selected_a_case_and_what_the_build_comparison_decided(tmp_path, capsys):
-    from compile_audit.artifacts.change_selection import Decision, Selection
+    from compile_audit.selection.change_selection import Decision, Selection
     from gate_tools import why
 
     selection = Selection(

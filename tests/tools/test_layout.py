@@ -93,11 +93,25 @@ def test_bench_models_and_compile_audit_never_import_each_other():
     assert not {path: names for path, names in imported("compile_audit").items() if "bench_models" in names}
 
 
-def test_artifacts_import_no_torch():
-    """docs/architecture.md: the files runs leave are read without torch (the workflows merge reports bare)."""
+@pytest.mark.parametrize("package", ["compile_audit/artifacts", "compile_audit/selection"])
+def test_artifacts_and_the_selection_import_no_torch(package):
+    """docs/architecture.md: the files runs leave are read without torch (the workflows merge reports bare), and the
+    selection decides without it (the gate selects before either side's venv exists)."""
     libraries = {"torch", "transformers", "peft"}
-    heavy = {path: names & libraries for path, names in imported("compile_audit/artifacts").items()}
+    heavy = {path: names & libraries for path, names in imported(package).items()}
     assert not {path: names for path, names in heavy.items() if names}
+
+
+def test_the_selection_and_the_report_s_records_never_import_each_other_nor_the_engine_s_layers():
+    """docs/architecture.md: the selection is a package of its own, apart from the report's records."""
+    selection = {path: layers_imported(ROOT / path) for path in imported("compile_audit/selection")}
+    assert not {path: layers for path, layers in selection.items() if layers}
+    artifacts = {
+        path: {n for n in names if n.startswith("compile_audit.selection")}
+        for path, names in module_imports("compile_audit").items()
+        if path.startswith("compile_audit.artifacts")
+    }
+    assert not {path: names for path, names in artifacts.items() if names}
 
 
 def module_imports(package: str, root: Path = ROOT) -> dict[str, set[str]]:

@@ -24,7 +24,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from compile_audit.artifacts.footprints_file import Footprints
+from compile_audit.selection.footprints_file import Footprints
 
 TABLES = ("gpu_only", "gaps")
 

@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compile_audit.artifacts.code_changes import UnparsableSource, parse_module
-from compile_audit.artifacts.footprints_file import FootprintsError, function_key
+from compile_audit.selection.code_changes import UnparsableSource, parse_module
+from compile_audit.selection.footprints_file import FootprintsError, function_key
 
 # Imports the package and each of its modules under a profiler, and prints the functions of the package that ran.
 _IMPORT_TRACE = """

@@ -20,7 +20,7 @@ change to it is a change to that function.
 Where the reports carry the lines each case ran (``--footprints-only``), ``statements`` narrows a function to its
 statements: for each function some statement of which not every case that ran the function ran, the cases that ran
 each such statement, by the statement's name (its code under the headers enclosing it,
-:meth:`compile_audit.artifacts.code_changes.FunctionDef.statement_ids`, so that it names the same statement in nearby
+:meth:`compile_audit.selection.code_changes.FunctionDef.statement_ids`, so that it names the same statement in nearby
 versions of the function). A statement not listed was run by every case that ran its function, or is unknown here:
 either way, those cases count::
 
@@ -312,7 +312,7 @@ def statements_missed(
     by_case: Mapping[str, set[str]], lines: Mapping[str, Mapping[str, list[int]]], source: Callable[[str], str | None]
 ) -> dict[str, dict[str, set[str]]]:
     """Per case, the statements of the functions it ran that it did not run (by the lines it ran), by name."""
-    from compile_audit.artifacts.code_changes import UnparsableSource, parse_module
+    from compile_audit.selection.code_changes import UnparsableSource, parse_module
 
     functions: dict[str, Any] = {}
     for path in sorted({key.partition("::")[0] for keys in by_case.values() for key in keys}):

@@ -1,7 +1,7 @@
 """The selection replayed over a package's real history: for each of the last commits that touch its Python files,
 what the committed footprints and durations would have run, and at what cost.
 
-    python -m compile_audit.artifacts.history_replay --repo ~/src/peft --last 400 --json out/replay.json
+    python -m compile_audit.selection.history_replay --repo ~/src/peft --last 400 --json out/replay.json
 
 Each commit is compared with its first parent, both read from git (no checkout). The cost of a selection is the sum
 of its cases' durations (``tests/durations.json``, one side of the gate); the full matrix costs every case's.
@@ -28,7 +28,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from compile_audit.artifacts.change_selection import (
+from compile_audit.case_ids import CaseId
+from compile_audit.files import write_text_atomic
+from compile_audit.selection.change_selection import (
     ModuleCache,
     Selection,
     Source,
@@ -36,9 +38,7 @@ from compile_audit.artifacts.change_selection import (
     outside_of,
     select,
 )
-from compile_audit.artifacts.footprints_file import Footprints, FootprintsError, load
-from compile_audit.case_ids import CaseId
-from compile_audit.files import write_text_atomic
+from compile_audit.selection.footprints_file import Footprints, FootprintsError, load
 
 
 class Git:
@@ -292,7 +292,7 @@ def summary(results: Sequence[Replayed], full_matrix_seconds: float) -> list[str
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m compile_audit.artifacts.history_replay", description=__doc__.split("\n")[0]
+        prog="python -m compile_audit.selection.history_replay", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--repo", required=True, type=Path, help="a clone of the package's git repository")
     parser.add_argument("--last", type=int, default=400, help="how many commits touching the package (default 400)")

@@ -28,7 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 
-from compile_audit.artifacts import tables
+from compile_audit.selection import tables
 
 # A branch on these runs only under torch.compile: footprints recorded eagerly never see its block run, so a change
 # inside it counts for every case that reached the branch.
@@ -147,7 +147,7 @@ class Statement:
     kind: str  # "import", "class" (a class's header: bases, decorators) or "other"
     text: str  # its first source line, for the summary
     reads: frozenset[str]  # the bare names it reads, at import time
-    # The tables it adds keys to (``MAPPING["vit"] = ...``, ``MAPPING.update(...)``: compile_audit.artifacts.tables)
+    # The tables it adds keys to (``MAPPING["vit"] = ...``, ``MAPPING.update(...)``: compile_audit.selection.tables)
     writes: frozenset[str] = frozenset()
     version: bool = False  # it binds a version name to a version string (``__version__ = "0.18.0"``)
     # ``NAME = {key: value, ...}``: the statement with an empty literal, and each entry (key and value dumped)

@@ -1,5 +1,5 @@
 """The footprints file written from compile reports (``change_selection record``), with what the package defined
-and ran at import (``change_selection inventory``: :mod:`compile_audit.artifacts.package_inventory`)."""
+and ran at import (``change_selection inventory``: :mod:`compile_audit.selection.package_inventory`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from compile_audit.artifacts import package_inventory
-from compile_audit.artifacts.footprints_file import Footprints, FootprintsError, from_reports, load, merged
 from compile_audit.files import write_text_atomic
+from compile_audit.selection import package_inventory
+from compile_audit.selection.footprints_file import Footprints, FootprintsError, from_reports, load, merged
 
 
 def package_root(root: Path | None, package: str) -> Path:

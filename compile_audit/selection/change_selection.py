@@ -1,8 +1,8 @@
 """The cases a change to the package under test selects: those that ran a function whose executed code changed.
 
-A change is read from two versions of the package's source (:mod:`compile_audit.artifacts.code_changes`: docstrings,
+A change is read from two versions of the package's source (:mod:`compile_audit.selection.code_changes`: docstrings,
 comments, formatting and annotations that never execute do not count), and met with the committed footprints
-(:mod:`compile_audit.artifacts.footprints_file`). Each change selects, and says why:
+(:mod:`compile_audit.selection.footprints_file`). Each change selects, and says why:
 
 - a changed or removed function: the cases that ran it. A function with a process-wide cache (``functools.cache``)
   runs its body in the first case only, so its callers' cases join; so do they for a function that no recorded case
@@ -10,7 +10,7 @@ comments, formatting and annotations that never execute do not count), and met w
   at import: every case;
 - an added function: a method, the cases that ran its class and a statement naming it or the ancestor's method it
   overrides, or every case of its class where code outside the package may look it up (a word of an installed
-  library's or the suite's source: :mod:`compile_audit.artifacts.outside_names`), Python calls it (``__len__``) or
+  library's or the suite's source: :mod:`compile_audit.selection.outside_names`), Python calls it (``__len__``) or
   a class or module body spells it; a module-level function, the cases that ran a statement that reads its name (a
   module's ``__getattr__``, added to a module that existed: every case);
 - a module-level name (a constant, an import): the cases that ran a statement that reads it, following names that
@@ -21,9 +21,9 @@ comments, formatting and annotations that never execute do not count), and met w
 - what cannot be mapped widens to every case: a file that does not parse, a statement run at import that binds no
   name (a registration call), a function no case ran that module-level code reads.
 
-    python -m compile_audit.artifacts.change_selection record REPORT... --output tests/footprints.json
-    python -m compile_audit.artifacts.change_selection select BASE_PACKAGE_DIR HEAD_PACKAGE_DIR --footprints FILE
-    python -m compile_audit.artifacts.history_replay --repo PEFT_CLONE --last 400 --json out/replay.json
+    python -m compile_audit.selection.change_selection record REPORT... --output tests/footprints.json
+    python -m compile_audit.selection.change_selection select BASE_PACKAGE_DIR HEAD_PACKAGE_DIR --footprints FILE
+    python -m compile_audit.selection.history_replay --repo PEFT_CLONE --last 400 --json out/replay.json
 """
 
 from __future__ import annotations
@@ -37,17 +37,17 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from compile_audit.artifacts import code_changes, footprints_record
-from compile_audit.artifacts.code_changes import (
+from compile_audit.selection import code_changes, footprints_record
+from compile_audit.selection.code_changes import (
     FunctionChange,
     Module,
     ModuleChanges,
     StatementChange,
     UnparsableSource,
 )
-from compile_audit.artifacts.footprints_file import Footprints, FootprintsError, load
-from compile_audit.artifacts.outside_names import spelled_outside
-from compile_audit.artifacts.readers import QUOTED_NAME, Readers, identifiers_of
+from compile_audit.selection.footprints_file import Footprints, FootprintsError, load
+from compile_audit.selection.outside_names import spelled_outside
+from compile_audit.selection.readers import QUOTED_NAME, Readers, identifiers_of
 
 EVERYTHING = None  # a pick that selects every case
 CALLER_DEPTH = 3  # how far up the callers of a function that no case ran the selection looks
@@ -69,7 +69,7 @@ class Selection:
     # on both sides (``compile_audit.probe.builds``) compiles the same, and deselects them.
     build_only: tuple[str, ...] = ()
     # The tables (by their own name) the change adds keys to: a build that differs only by those keys builds the same
-    # (compile_audit.artifacts.builds_file.only_gained); the code going over them is selected on its own.
+    # (compile_audit.selection.builds_file.only_gained); the code going over them is selected on its own.
     tables_gaining: tuple[str, ...] = ()
     # Module-level names the change's own statements bind anew (``module.NAME``), and those computed from them at
     # import: their readers are selected on their own, so a build that differs by their values alone builds the same.
@@ -698,7 +698,7 @@ def select(
     unparsable: Sequence[str] = (),
     outside: frozenset[str] | None = None,
 ) -> Selection:
-    """``outside``: the words code outside the package spells (:mod:`compile_audit.artifacts.outside_names`); None
+    """``outside``: the words code outside the package spells (:mod:`compile_audit.selection.outside_names`); None
     where unknown, and every method added to a class then selects the cases that ran the class."""
     changed = [f"{m.path}::{c.qualname}" for m in changes for c in m.functions if c.kind == "changed"]
     rules = _Rules(footprints.without(readers.added_functions()), readers, changed, outside)
@@ -829,7 +829,7 @@ def _spelled_outside(package: str, libraries: tuple[str, ...]) -> frozenset[str]
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m compile_audit.artifacts.change_selection", description=__doc__.split("\n")[0]
+        prog="python -m compile_audit.selection.change_selection", description=__doc__.split("\n")[0]
     )
     commands = parser.add_subparsers(dest="command", required=True)
     record = commands.add_parser("record", help="footprints of compile reports into the footprints file")

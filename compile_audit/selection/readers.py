@@ -1,14 +1,14 @@
 """Who reads what, over both versions of a package: the functions that read a name (bare, as an attribute, as a
 string), iterate a table or compare a version, the module-level statements that read a name at import, the classes
-and their subclasses. What a change selects (:mod:`compile_audit.artifacts.change_selection`) is read from here."""
+and their subclasses. What a change selects (:mod:`compile_audit.selection.change_selection`) is read from here."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
 
-from compile_audit.artifacts import code_changes, tables
-from compile_audit.artifacts.code_changes import Module
+from compile_audit.selection import code_changes, tables
+from compile_audit.selection.code_changes import Module
 
 QUOTED_NAME = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")  # a name or string in an ``ast.dump``
 

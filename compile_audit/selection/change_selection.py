@@ -105,6 +105,8 @@ RULES: dict[str, str] = {
     "class-attribute": "an attribute of a plain class: the cases of the class that ran a statement naming it",
     "class-statement": "a class statement: the cases that ran the class or a subclass (or code naming it)",
     "class-body": "a class-body statement of a dataclass, enum or the like: the cases that ran the class",
+    "variant-switch-added": "a config field added that switches a new variant on, off by default (is_lora_variant):"
+    " existing configs request nothing of it, so the new variant's cases run (new cases) and no recorded one",
     "version-string": "a version string: the cases that ran code comparing it with a constant",
     "module-name-readers": "a module-level name: the cases that ran a statement reading it (or a name computed"
     " from it)",
@@ -117,6 +119,10 @@ RULES: dict[str, str] = {
     " the tables",
     "import-time-effect": "a statement run at import that binds no name: its subpackage's cases, or every case",
 }
+
+
+# The rules that pick code a change adds: where a new variant's cases run, they run that code.
+_NEW_CODE_RULES = frozenset({"added-function", "added-method", "class-statement"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -462,6 +468,16 @@ class _Rules:
                 f"{where}: nothing ran {owner}: the {_count(cases)} that ran code naming it",
                 rule="class-statement",
             )
+        if statement.scope and statement.variant_switch and change.kind == "added":
+            return Pick(
+                frozenset(),
+                f"{where}: a field that switches a new variant on, off by default: existing configs request nothing"
+                " of it (PEFT resolves variants from the fields switched on), so the new variant's cases run as new"
+                " cases; what it saves each side loads itself",
+                new_cases=True,
+                settled=True,
+                rule="variant-switch-added",
+            )
         if statement.scope:
             # A member added to a class (an enum's): code that iterates the class sees it.
             leaf = statement.scope.rpartition(".")[2]
@@ -717,6 +733,8 @@ def select(
     changed = sorted({m.path for m in changes if m.executes_differently} | {u.split(":", 1)[0] for u in unparsable})
     ordered = sorted(picks, key=lambda pick: pick.cases is not EVERYTHING)  # what widened to everything first
     new_methods = len({p.new_method for p in picks if p.new_cases})
+    # A new variant's class and functions run in its new cases (the zoo derives its method from PEFT's declarations).
+    variant_added = any(p.rule == "variant-switch-added" for p in picks)
     new_cases = bool(new_methods) or any(readers.is_added(m.path) for m in changes)
     return Selection(
         everything,
@@ -729,7 +747,13 @@ def select(
         tables_gaining=tuple(sorted(set().union(*(pick.gains for pick in picks)))),
         names_rebound=() if everything else rules.rebound(changes),
         unjudged=tuple(
-            p.reason for p in ordered if p.cases is not EVERYTHING and not p.cases and not p.new_cases and not p.settled
+            p.reason
+            for p in ordered
+            if p.cases is not EVERYTHING
+            and not p.cases
+            and not p.new_cases
+            and not p.settled
+            and not (variant_added and p.rule in _NEW_CODE_RULES)
         ),
         decisions=tuple(p.decision() for p in ordered),
     )

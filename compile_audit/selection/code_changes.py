@@ -150,6 +150,9 @@ class Statement:
     # The tables it adds keys to (``MAPPING["vit"] = ...``, ``MAPPING.update(...)``: compile_audit.selection.tables)
     writes: frozenset[str] = frozenset()
     version: bool = False  # it binds a version name to a version string (``__version__ = "0.18.0"``)
+    # A dataclass field a variant of its method is switched on by, declared off by default:
+    # ``use_x: bool = field(default=False, metadata={"is_lora_variant": True})``
+    variant_switch: bool = False
     # ``NAME = {key: value, ...}``: the statement with an empty literal, and each entry (key and value dumped)
     table: tuple[str, frozenset[tuple[str, str]]] | None = None
 
@@ -195,6 +198,24 @@ def _binds_a_version(node: ast.stmt) -> bool:
         and isinstance(value, str)
         and _VERSION.fullmatch(value) is not None
     )
+
+
+VARIANT_METADATA = "is_lora_variant"  # how PEFT's configs declare a field that switches a variant on
+
+
+def _declares_a_variant_switched_off(node: ast.stmt) -> bool:
+    """``name: T = field(default=None|False, metadata={..., "is_lora_variant": True})``."""
+    value = node.value if isinstance(node, ast.AnnAssign) else None
+    if not isinstance(value, ast.Call) or getattr(value.func, "id", getattr(value.func, "attr", "")) != "field":
+        return False
+    keywords = {keyword.arg: keyword.value for keyword in value.keywords}
+    default, metadata = keywords.get("default"), keywords.get("metadata")
+    off = isinstance(default, ast.Constant) and default.value in (None, False)
+    declared = isinstance(metadata, ast.Dict) and any(
+        isinstance(k, ast.Constant) and k.value == VARIANT_METADATA and isinstance(v, ast.Constant) and v.value is True
+        for k, v in zip(metadata.keys, metadata.values, strict=True)
+    )
+    return off and declared
 
 
 def dotted_module(path: str) -> str:
@@ -421,6 +442,7 @@ class _ModuleBuilder:
                 reads=frozenset(names),
                 writes=frozenset(tables.written_tables(node)),
                 version=_binds_a_version(node),
+                variant_switch=_declares_a_variant_switched_off(node),
                 table=_table_literal(node),
             )
         )

@@ -25,6 +25,7 @@ UNRUN = LAYER.replace("return RANKS", "return RANKS if unrun() else ()") + "\n\n
 READ_AT_IMPORT = LAYER + "\n\ndef unrun():\n    return 1\n\n\nLIMIT = unrun()\n"
 PLAIN_ATTRIBUTE = LAYER.replace("class Linear:\n", "class Linear:\n    zq_kind = 'a'\n\n")
 TABLE = LAYER + "\n\nTABLE = {'a': 1}\n\n\ndef keys():\n    return list(TABLE)\n"
+VARIANT_FIELD = "    alpha: int = 16\n    use_x: bool = field(default=False, metadata={'is_lora_variant': True})\n"
 VERSION = "__version__ = '1.0'\n\n\ndef card(lines):\n    return f'v {__version__}' in lines\n"
 
 # rule -> (base files over the toy's BASE, head files over base, extra footprints, the cases selected or None: every)
@@ -86,6 +87,12 @@ CASES = {
         ("m/c/train",),
     ),
     "import-time-effect": ({}, {"__init__.py": BASE["__init__.py"] + "configure_everything()\n"}, {}, None),
+    "variant-switch-added": (
+        {},
+        {"config.py": BASE["config.py"].replace("    alpha: int = 16\n", VARIANT_FIELD)},
+        {},
+        (),
+    ),
 }
 
 
@@ -97,6 +104,8 @@ def test_the_rule_decides_its_toy_change(tmp_path, rule):
     head = _toy(tmp_path / "head", {**base_files, **head_files})
     chosen = select_between(footprints, base, head)
     assert rule in {decision.rule for decision in chosen.decisions}, chosen.decisions
+    if rule == "variant-switch-added":
+        assert chosen.new_cases and not chosen.unjudged, chosen  # the new variant's cases stand for it
     if expected is None:
         assert chosen.everything, chosen.reasons
     else:

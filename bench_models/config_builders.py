@@ -94,6 +94,13 @@ def lora_bias(spec, *, rank=None, dropout=None):
     return lora_options(spec, rank, dropout, lora_bias=True)
 
 
+def lora_parameters_dense(spec, *, rank=None, dropout=None):
+    """LoRA on the attention projections' weights as nn.Parameters (``target_parameters``: ``q_proj.weight``), not on
+    the modules: peft's ParamWrapper around a single 2-D weight, which it adapts through ``_LoraParameterProxy``."""
+    weights = [f"{module}.weight" for module in spec.attention_modules]
+    return lora_options(spec, rank, 0.0, target_modules=[], target_parameters=weights)
+
+
 def lora_conv_groups(spec, *, rank=None, dropout=None):
     """LoRA on the convolutions with groups > 1: PEFT needs a rank divisible by their groups (the largest one's
     channels for a depthwise convolution), so the rank asked for is raised to that."""
@@ -154,6 +161,15 @@ def simple(*, rank_field=None, dropout_field=None, **fixed):
         if dropout_field and dropout is not None:
             kwargs[dropout_field] = dropout
         return kwargs
+
+    return options
+
+
+def with_fixed(method_options, **fixed):
+    """A method's options with these fields set besides."""
+
+    def options(spec, *, rank=None, dropout=None):
+        return {**method_options(spec, rank=rank, dropout=dropout), **fixed}
 
     return options
 

@@ -153,6 +153,18 @@ _NO_EXPERT_PARAMETERS = {
     for arch in ARCHITECTURES
     if not any(spec.expert_parameters for spec in MODELS.values() if spec.arch == arch)
 }
+# Architectures whose default targets are not Linear layers (ModelSpec.target_kind), or not Conv2d ones.
+_NOT_LINEAR_TARGETS = {
+    Architecture(spec.arch): f"its default targets are {spec.target_kind}, whose weights are no 2-D parameter of a"
+    " Linear layer"
+    for spec in MODELS.values()
+    if spec.target_kind != "Linear"
+}
+_NOT_CONV2D_TARGETS = {
+    Architecture(spec.arch): f"use_effective_conv2d applies to convolutions; its default targets are {spec.target_kind}"
+    for spec in MODELS.values()
+    if spec.target_kind != "Conv2d"
+}
 # Architectures of the zoo with no convolution of groups > 1 (ModelSpec.grouped_conv_modules).
 _NO_GROUPED_CONV = {
     Architecture(arch): "no convolution with groups > 1 in this architecture"
@@ -347,6 +359,18 @@ _METHOD_LIST = [
         note="LoRA on the depthwise convolutions (groups = channels), the rank raised to a multiple of their groups",
     ),
     Method(
+        "lora-parameters-dense",
+        "LORA",
+        "LoraConfig",
+        options.lora_parameters_dense,
+        cannot_run={
+            **_NOT_LINEAR_TARGETS,
+            Operation("mixed-batch"): "lora.ParamWrapper does not support mixed adapter batches yet (a ValueError)",
+        },
+        note="target_parameters on the attention projections' 2-D weights (peft's ParamWrapper and its parameter"
+        " proxy), no module; dropout 0 (ParamWrapper refuses any other)",
+    ),
+    Method(
         "adalora",
         "ADALORA",
         "AdaLoraConfig",
@@ -367,6 +391,14 @@ _METHOD_LIST = [
         note="attention q/v (k/v) + FFN output projection as feedforward_modules",
     ),
     Method("loha", "LOHA", "LoHaConfig", options.low_rank_product, note="r=8, alpha=8"),
+    Method(
+        "loha-conv-cp",
+        "LOHA",
+        "LoHaConfig",
+        options.with_fixed(options.low_rank_product, use_effective_conv2d=True),
+        cannot_run=_NOT_CONV2D_TARGETS,
+        note="r=8, alpha=8, use_effective_conv2d: a convolution's weights as a CP decomposition (HadaWeightCP)",
+    ),
     Method("lokr", "LOKR", "LoKrConfig", options.low_rank_product, note="r=8, alpha=8"),
     Method("boft", "BOFT", "BOFTConfig", options.simple(dropout_field="boft_dropout"), note="defaults (block size 4)"),
     Method("oft", "OFT", "OFTConfig", options.simple(dropout_field="module_dropout"), note="defaults (block size 32)"),
@@ -466,6 +498,15 @@ _METHOD_LIST = [
         cannot_run={Operation("mixed-batch").on(Task(SEQ_CLS)): _NO_MIX_SEQ_CLS},
         lifts={Operation("mixed-batch"): "PEFT implements adapter_names for GLoRA"},
         note="defaults",
+    ),
+    Method(
+        "glora-vector",
+        "GLORA",
+        "GloraConfig",
+        options.simple(rank_field="r", config_A_B="vector", config_C="vector", config_D_E="vector"),
+        cannot_run={Operation("mixed-batch").on(Task(SEQ_CLS)): _NO_MIX_SEQ_CLS},
+        lifts={Operation("mixed-batch"): "PEFT implements adapter_names for GLoRA"},
+        note="every path a vector (config_A_B, config_C, config_D_E: GloraVectorPath)",
     ),
     Method("deft", "DEFT", "DeftConfig", options.simple(rank_field="r", dropout_field="deft_dropout"), note="defaults"),
     Method(
@@ -748,6 +789,9 @@ for _name in ("lora", "lora-rslora", "lora-modules-to-save", "lora-trainable-tok
 _ON_LAYER_KINDS.setdefault("oft", {})[Operation("merge-unmerge").on(Architecture("convnext"))] = (
     "the model merged from OFT's Conv2d layers gives other logits than the unmerged one (eager, check_registry)"
 )
+# A configuration of a method has the method's layers, and what they lack.
+for _name, _of in (("glora-vector", "glora"), ("loha-conv-cp", "loha")):
+    _ON_LAYER_KINDS[_name] = {**_ON_LAYER_KINDS.get(_of, {}), **_ON_LAYER_KINDS.get(_name, {})}
 # What needs token ids or a causal LM cannot run on an image classifier.
 _TOKEN_METHODS = ("lora-embedding", "lora-trainable-token-indices", "trainable-tokens", "prefix-tuning", "cartridge")
 for _name in _TOKEN_METHODS:

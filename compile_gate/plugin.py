@@ -23,20 +23,17 @@ from compile_audit.artifacts.records import CaseRecord, written
 from compile_audit.artifacts.report import summary_table
 from compile_audit.probe import global_state
 from compile_audit.probe.collector import freeze_survivors
-from compile_audit.probe.footprint import FootprintRecorder
-from compile_audit.probe.footprint import active as footprint_active
 from compile_audit.probe.policy import CompilePolicy
 from compile_audit.rules.budgets import BudgetFile, BudgetFileError
 from compile_audit.rules.case import CaseAudit, KnownFailureConfirmed, reset_dynamo
 from compile_audit.rules.verdict import by_causes, counted, observed
 from compile_audit.rules.versions import DEFAULT_GATED
-from compile_gate import crashes, fingerprints, hookspecs, time_limits
+from compile_gate import crashes, fingerprints, footprints, hookspecs, time_limits
 from compile_gate.session import BENCHMARKS, PENDING, PROPOSAL, RECORD, GateSession, json_safe
 
 SESSION = pytest.StashKey[GateSession]()
 AUDIT = pytest.StashKey[CaseAudit]()
 STATE_BEFORE_SETUP = pytest.StashKey[dict]()
-FOOTPRINT = pytest.StashKey[FootprintRecorder]()
 PROBLEMS = pytest.StashKey[list]()  # the verdict's problems, structured, for the report
 RAISED = pytest.StashKey[str]()  # the type of the exception the test body raised
 ERROR = pytest.StashKey[str]()  # its message's first line
@@ -61,12 +58,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         " (a first run on new hardware: the budgets it would record, beside the verdicts)",
     )
     group.addoption("--compile-report", metavar="PATH", help="write every case's audit as JSON to PATH")
-    group.addoption(
-        "--footprints-only",
-        action="store_true",
-        help="run every case with Dynamo disabled, only to record its footprint into the report; judges nothing"
-        " (python -m compile_audit.selection.change_selection record)",
-    )
+    footprints.add_option(group)
     fingerprints.add_option(group)
     time_limits.add_options(group)
     time_limits.add_ini(parser)
@@ -122,7 +114,7 @@ def _check_rootdir(config: pytest.Config) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _check_rootdir(config)
-    if config.getoption("--footprints-only"):
+    if footprints.only(config):
         if config.getoption("--update-budgets") or config.getoption("--record-budgets"):
             raise pytest.UsageError("--footprints-only judges nothing: it cannot record budgets")
         os.environ["TORCH_COMPILE_DISABLE"] = "1"  # the ranks of distributed cases too
@@ -207,7 +199,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     nothing."""
     if config.pluginmanager.hasplugin("timeout"):
         time_limits.mark_cases(config, [item for item in items if _is_case(item)])
-    if not config.getoption("--footprints-only"):
+    if not footprints.only(config):
         return
     others = [item for item in items if not _is_case(item)]
     if others:
@@ -252,10 +244,8 @@ def pytest_runtest_setup(item: pytest.Item):
         if notes is not None:
             notes.case_started(item.nodeid, report_fields(item.callspec.params["case"]))
             time_limits.skip_after_too_many_hung(item.config, notes.hung_cases())
-    if _is_case(item) and not _timed(item) and not fingerprints.enabled(item.config):
-        lines = item.config.getoption("--footprints-only")  # Dynamo is off: a line tracer changes nothing it does
-        recorder = FootprintRecorder(item.config.getini("compile_footprint_packages"), lines=lines)
-        item.stash[FOOTPRINT] = recorder.__enter__()  # left in pytest_runtest_call, or at teardown after a failed setup
+    if _is_case(item) and not footprints.timed(item) and not fingerprints.enabled(item.config):
+        footprints.start(item)
     return (yield)
 
 
@@ -268,8 +258,8 @@ def pytest_runtest_call(item: pytest.Item):
     audit = item.stash.get(AUDIT, None)
     before = global_state.snapshot() if _is_case(item) else None
     raised = None
-    if _is_case(item) and item.config.getoption("--footprints-only"):
-        return (yield from _footprint_only(item))
+    if _is_case(item) and footprints.only(item.config):
+        return (yield from footprints.run_only(item))
     if _is_case(item) and fingerprints.enabled(item.config):
         return (yield from fingerprints.run_case(item, item.config.getini("compile_footprint_packages")))
     try:
@@ -284,7 +274,7 @@ def pytest_runtest_call(item: pytest.Item):
             raise
         raised, result = exc, None
     finally:
-        _stop_footprint(item)
+        footprints.stop(item)
         leaked = _leaked(before) if before is not None else []
     if raised is not None and not leaked:
         today = f"{type(raised).__name__}: {raised}".splitlines()[0][:300]
@@ -294,32 +284,6 @@ def pytest_runtest_call(item: pytest.Item):
     elif leaked:
         pytest.fail(_leak_message(item.funcargs["case"].id, leaked, "in the test body"), pytrace=False)
     return result
-
-
-def _footprint_only(item: pytest.Item):
-    """--footprints-only: the body ran eagerly to record what it runs; whatever it raised, nothing is judged."""
-    try:
-        yield
-    except Exception as exc:
-        detail = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-    else:
-        detail = "ran to the end"
-    finally:
-        _stop_footprint(item)
-    pytest.skip(f"--footprints-only: footprint recorded, nothing judged (the eager run {detail})")
-
-
-def _timed(item: pytest.Item) -> bool:
-    """A test timed by pytest-benchmark records no footprint: a profiler would distort its timings, and
-    pytest-benchmark pauses profilers by handing ``sys.getprofile()`` back to ``sys.setprofile``, which cProfile's
-    object does not survive."""
-    return "benchmark" in getattr(item, "fixturenames", ())
-
-
-def _stop_footprint(item: pytest.Item) -> None:
-    recorder = item.stash.get(FOOTPRINT, None)
-    if recorder is not None and recorder in footprint_active():
-        recorder.__exit__(None, None, None)
 
 
 def _runxfail(config: pytest.Config) -> bool:
@@ -334,7 +298,7 @@ def _known_crash(audit: CaseAudit | None, exc: Exception) -> bool:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
     """A fixture of the case that changed a process-wide setting and did not restore it: an error naming it."""
-    _stop_footprint(item)
+    footprints.stop(item)
     result = yield
     before = item.stash.get(STATE_BEFORE_SETUP, None)
     leaked = _leaked(before) if before is not None else []
@@ -444,10 +408,7 @@ def case_audit(request: pytest.FixtureRequest, case: Any, compile_policy: Compil
             "audited": audit.result.audited,
             "wall_seconds": round(time.perf_counter() - started, 2),
             **_with_budget(audit),
-            "footprint": _footprint(request.node),
-            "footprint_lines": _footprint_lines(request.node),
-            "footprint_build_only": _footprint_build_only(request.node),
-            "footprint_elsewhere": _footprint_elsewhere(request.node),
+            **footprints.record_fields(request.node),
             "problems": request.node.stash.get(PROBLEMS, []),
             "raised": request.node.stash.get(RAISED, None),
             "error": request.node.stash.get(ERROR, None),
@@ -473,27 +434,6 @@ def first_line(text: str, width: int = 400) -> str:
 def _policy(item: pytest.Item) -> dict[str, Any]:
     policy = item.stash.get(POLICY, None)
     return policy.to_dict() if policy is not None else {}
-
-
-def _footprint(item: pytest.Item) -> dict[str, list[str]]:
-    _stop_footprint(item)
-    recorder = item.stash.get(FOOTPRINT, None)
-    return recorder.footprint() if recorder is not None else {}
-
-
-def _footprint_lines(item: pytest.Item) -> dict[str, list[int]]:
-    recorder = item.stash.get(FOOTPRINT, None)
-    return recorder.lines() if recorder is not None else {}
-
-
-def _footprint_build_only(item: pytest.Item) -> dict[str, list[str]]:
-    recorder = item.stash.get(FOOTPRINT, None)
-    return recorder.built_only() if recorder is not None else {}
-
-
-def _footprint_elsewhere(item: pytest.Item) -> bool:
-    recorder = item.stash.get(FOOTPRINT, None)
-    return recorder is not None and recorder.other_processes
 
 
 def _with_budget(audit: CaseAudit) -> dict[str, Any]:

@@ -147,3 +147,35 @@ def test_the_forwards_a_layer_class_defines_itself_count_and_no_others(tmp_path,
         f"coverage_toy_layers.py::{name}"
         for name in ("Base.forward", "Linear._mixed_batch_forward", "Linear.forward", "Variant.forward")
     )
+
+
+def test_the_replayed_commits_that_change_a_forward_no_case_compiles_are_named(tmp_path):
+    import dataclasses
+    import json
+
+    from tests.tools.coverage import commits_changing_uncompiled_forwards, every_forward
+
+    peft_forwards = {key.replace("toy/", "peft/tuners/toy/") for key in FORWARDS}
+    footprints = dataclasses.replace(
+        toy_footprints(),
+        runs={k.replace("toy/", "peft/tuners/toy/"): v for k, v in toy_footprints().runs.items()},
+        build_only={k.replace("toy/", "peft/tuners/toy/"): v for k, v in toy_footprints().build_only.items()},
+        defined=frozenset(peft_forwards),
+    )
+    gaps = coverage.Gaps(gpu_only={"peft/tuners/toy/gptq.py::*": "GPU-only backend: toy"}, reasons={})
+    replay = tmp_path / "replay.json"
+    reasons = {
+        "a1": ["peft/tuners/toy/layer.py::Linear.forward: changed: run by 2 case(s)"],
+        "b2": ["peft/tuners/toy/layer.py::Conv2d.forward: changed: run by 0 case(s)"],
+        "c3": ["peft/tuners/toy/gptq.py::QuantLinear.forward: changed: run by 0 case(s)"],
+        "d4": ["peft/tuners/toy/layer.py::Embedding.forward: changed at its entry: run by 1 case(s)"],
+    }
+    commits = [{"commit": sha, "subject": f"commit {sha}", "reasons": why} for sha, why in reasons.items()]
+    replay.write_text(json.dumps({"commits": commits}))
+    found = commits_changing_uncompiled_forwards(replay, footprints, gaps)
+    # Linear runs after a compile; the GPU-only forward is out; Conv2d runs in no case, Embedding only while building.
+    assert [(commit, keys) for commit, _, keys in found] == [
+        ("b2", ["peft/tuners/toy/layer.py::Conv2d.forward"]),
+        ("d4", ["peft/tuners/toy/layer.py::Embedding.forward"]),
+    ]
+    assert every_forward(footprints, gaps) == (1, 3)

@@ -283,8 +283,27 @@ def describe(value: Any, depth: int = 0) -> Any:
         return f"callable partial {_callable_name(value.func)}"
     attributes = getattr(value, "__dict__", None)
     if isinstance(attributes, dict):
+        attributes = _without_variant_switches_off(value, attributes)
         return {"type": _type_name(value), "attributes": dict(sorted(_pairs(attributes, depth)))}
     return {"type": _type_name(value), "text": _ADDRESS.sub("", repr(value))[:200]}
+
+
+# How PEFT's configs declare a field that switches a variant on (LoraConfig's use_dora, kasa_config, ...).
+VARIANT_SWITCH = "is_lora_variant"
+
+
+def _without_variant_switches_off(value: Any, attributes: dict[str, Any]) -> dict[str, Any]:
+    """A config's attributes less its variant switches that are off: PEFT builds a variant only from the switches that
+    are on, so a switch that is off (one a change adds, say) is no part of the build; one switched on is."""
+    fields = getattr(type(value), "__dataclass_fields__", None)
+    if not isinstance(fields, dict):
+        return attributes
+    off = {
+        name
+        for name, declared in fields.items()
+        if getattr(declared, "metadata", {}).get(VARIANT_SWITCH) and attributes.get(name) in (None, False)
+    }
+    return {key: item for key, item in attributes.items() if key not in off}
 
 
 def _pairs(mapping: dict, depth: int) -> Iterator[tuple[str, Any]]:

@@ -431,3 +431,26 @@ def test_the_same_pre_compile_state_in_two_temporary_folders_builds_the_same():
     head = _fingerprinted(checks=[("parity", f"differs at {tempfile.mkdtemp()}/x")])
     assert any(key.startswith("file ") for key in base["state"]) and any("tensor" in key for key in base["state"])
     assert builds_file.compare(["m/a/t"], {"m/a/t": base}, {"m/a/t": head}) == (["m/a/t"], {})
+
+
+def test_a_variant_switch_a_change_adds_switched_off_builds_the_same_and_switched_on_does_not():
+    """A pull request adding a LoRA variant adds a config field (``is_lora_variant``) that every existing config holds
+    switched off: PEFT builds nothing of it, so it is no part of the build; switched on, it is."""
+
+    @dataclasses.dataclass
+    class Base:
+        r: int = 8
+
+    @dataclasses.dataclass
+    class Head:
+        r: int = 8
+        use_new: bool = dataclasses.field(default=False, metadata={"is_lora_variant": True})
+
+    def described(config) -> object:
+        described = builds.describe(config)
+        described["type"] = "config"  # the two toy classes stand for one class in two versions of the package
+        return described
+
+    assert described(Base()) == described(Head())
+    assert described(Base()) != described(Head(use_new=True))
+    assert described(Base()) != described(Head(r=4))

@@ -69,6 +69,9 @@ class Outcome:
     tables_gaining: tuple[str, ...] = ()
     names_rebound: tuple[str, ...] = ()
     rules: tuple[str, ...] = ()  # the selection rules that decided the plant
+    # Why the planted package does not import ("" where it does): the gate fails such a head before any selection
+    # (a head whose PEFT does not import is a regression), so every verdict it changes is caught.
+    import_error: str = ""
 
     @property
     def changed(self) -> list[str]:
@@ -76,6 +79,8 @@ class Outcome:
 
     @property
     def misses(self) -> list[str]:
+        if self.import_error:
+            return []
         return [case for case in self.changed if case not in self.in_selection]
 
 
@@ -205,6 +210,7 @@ class Harness:
     def run_head(self, number: int, outcome: Outcome) -> None:
         started = time.monotonic()
         folder = self.out / f"plant-{number:02d}"
+        outcome.import_error = _import_error(self.package.name, folder / "src")
         report, error = _run_cases(outcome.sample, folder / "head", folder / "src", self.extra)
         outcome.seconds = time.monotonic() - started
         if error:
@@ -213,6 +219,14 @@ class Harness:
             return
         outcome.head, raw = _verdicts(report)
         outcome.probe_misses = probe_misses(outcome.plant, outcome.head, raw)
+
+
+def _import_error(package: str, python_path: Path) -> str:
+    """The last line of what importing the planted package raised, or "" where it imports (the gate's own check)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(python_path), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", f"import {package}"], capture_output=True, text=True, env=env)
+    lines = done.stderr.strip().splitlines()
+    return (lines[-1] if lines else f"exit status {done.returncode}") if done.returncode else ""
 
 
 def probe_misses(plant: Plant, verdicts: Mapping[str, str], records: Mapping[str, str]) -> list[str]:
@@ -257,7 +271,12 @@ def summary(outcomes: Sequence[Outcome], seconds: Mapping[str, float]) -> str:
             )
         for case in outcome.probe_misses:
             lines.append(f"- probe missed: {case} passed though its report names {outcome.plant.name}")
-        if outcome.error:
+        if outcome.import_error:
+            lines.append(
+                f"- under {outcome.plant.name} PEFT does not import ({outcome.import_error}): the gate fails such a"
+                " head before any selection, so its verdict changes count as caught"
+            )
+        elif outcome.error:
             lines.append(f"- head's run under {outcome.plant.name} wrote no report: {outcome.error.splitlines()[-1]}")
     return "\n".join(lines) + "\n"
 
@@ -295,6 +314,7 @@ def _outcome_json(outcome: Outcome) -> dict[str, object]:
         "probe_misses": outcome.probe_misses,
         "head_seconds": round(outcome.seconds, 1),
         "error": outcome.error,
+        "import_error": outcome.import_error,
     }
 
 

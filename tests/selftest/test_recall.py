@@ -287,3 +287,21 @@ def test_a_probe_miss_is_a_passed_case_whose_record_names_the_planted_line_itsel
     verdicts = {"m/shira/a": "passed", "m/shira/b": "passed", "m/shira/c": "failed"}
     assert probe_misses(plant, verdicts, records) == ["m/shira/a"]
     assert probe_misses(dataclasses.replace(plant, breaks=False), verdicts, records) == []
+
+
+def test_a_plant_whose_package_does_not_import_is_caught_by_the_gate_s_import_check(tmp_path):
+    """A renamed function another module imports by name: PEFT no longer imports, which the gate fails before any
+    selection; the harness counts the verdicts it changes as caught, and says why."""
+    plant = Plant("renamed", "toy/layer.py", 3, "helper", "helper_planted", False, span=(4, 10))
+    outcome = Outcome(plant, 0, False, ["tiny-a/m1/s1"], in_selection=set())
+    outcome.base, outcome.head = {"tiny-a/m1/s1": "passed"}, {"tiny-a/m1/s1": "error"}
+    assert outcome.misses == ["tiny-a/m1/s1"]
+    src = tmp_path / "src" / "toy"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text("from .layer import helper\n")
+    (src / "layer.py").write_text("def helper_planted():\n    return 1\n")
+    outcome.import_error = harness._import_error("toy", tmp_path / "src")
+    assert "ImportError" in outcome.import_error and outcome.misses == []
+    assert "does not import" in summary([outcome], {"base": 1, "head": 1})
+    (src / "__init__.py").write_text("from .layer import helper_planted\n")
+    assert harness._import_error("toy", tmp_path / "src") == ""

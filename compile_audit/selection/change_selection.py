@@ -107,6 +107,9 @@ RULES: dict[str, str] = {
     "class-body": "a class-body statement of a dataclass, enum or the like: the cases that ran the class",
     "variant-switch-added": "a config field added that switches a new variant on, off by default (is_lora_variant):"
     " existing configs request nothing of it, so the new variant's cases run (new cases) and no recorded one",
+    "variant-entry-added": "entries added to a dict literal keyed by tuples of variant switches (a layer's"
+    " lora_variants), each needing a switch the change adds off by default: no recorded config requests it, and"
+    " the new variant's cases evaluate the same literal",
     "version-string": "a version string: the cases that ran code comparing it with a constant",
     "module-name-readers": "a module-level name: the cases that ran a statement reading it (or a name computed"
     " from it)",
@@ -180,6 +183,7 @@ class _Rules:
         self.outside = outside  # the words code outside the package spells (None: unknown)
         self.edited_statements: set[int] = set()  # ids of the statements the change adds or removes
         self.recorded = footprints  # as recorded: with the functions the change adds, where a replay's file has them
+        self.new_switches: frozenset[str] = frozenset()  # variant switches (config fields) the change adds, off
 
     def cases_of(self, keys: Iterable[str]) -> frozenset[str]:
         return frozenset().union(*(self.footprints.ran(key) for key in keys))
@@ -274,6 +278,17 @@ class _Rules:
                 f"{label}: {change.kind}, cached once per process: the {_count(cases)} that ran it or its callers",
                 rule="cached-function",
             )
+        if change.kind == "changed" and change.base is not None and change.head is not None:
+            keys = code_changes.variant_entries_added(change.base, change.head, self.new_switches)
+            if keys:
+                return Pick(
+                    frozenset(),
+                    f"{label}: adds {', '.join(keys)} only, each needing a variant switch the change adds, off by"
+                    " default: no recorded config requests it; the new variant's cases evaluate it",
+                    new_cases=True,
+                    settled=True,
+                    rule="variant-entry-added",
+                )
         if ran and change.kind == "changed" and change.base is not None and change.head is not None:
             return self.building(self.changed_statements(change, label, ran), label)
         if ran:
@@ -720,6 +735,13 @@ def select(
     rules = _Rules(footprints.without(readers.added_functions()), readers, changed, outside)
     rules.recorded = footprints
     rules.edited_statements = {id(change.statement) for module in changes for change in module.statements}
+    rules.new_switches = frozenset(
+        name
+        for module in changes
+        for change in module.statements
+        if change.kind == "added" and change.statement.scope and change.statement.variant_switch
+        for name in change.statement.binds
+    )
     picks = [Pick(EVERYTHING, f"{message}: every case", rule="unparsable-file") for message in unparsable]
     for module in changes:
         picks += [rules.function(change) for change in module.functions]

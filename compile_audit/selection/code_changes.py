@@ -218,6 +218,36 @@ def _declares_a_variant_switched_off(node: ast.stmt) -> bool:
     return off and declared
 
 
+def variant_entries_added(base: FunctionDef, head: FunctionDef, switches: frozenset[str]) -> tuple[str, ...]:
+    """The keys of the entries ``head`` adds to dict literals of ``base`` when that is all that differs and each
+    key is a sorted tuple of strings naming at least one of ``switches`` (``("use_x",): XVariant``, as a layer's
+    ``lora_variants`` maps them); else ()."""
+    if head.dump != _dump(head.node) or base.dump != _dump(base.node):  # a property with a setter: both at once
+        return ()
+    stripped = copy.deepcopy(head.node)
+    added: list[str] = []
+    for node in ast.walk(stripped):
+        if not isinstance(node, ast.Dict):
+            continue
+        kept = []
+        for key, value in zip(node.keys, node.values, strict=True):
+            names = _string_tuple(key)
+            if names is not None and names == tuple(sorted(names)) and set(names) & switches:
+                added.append(ast.unparse(key))
+            else:
+                kept.append((key, value))
+        node.keys, node.values = [k for k, _ in kept], [v for _, v in kept]
+    return tuple(added) if added and _dump(stripped) == base.dump else ()
+
+
+def _string_tuple(node: ast.expr | None) -> tuple[str, ...] | None:
+    if not isinstance(node, ast.Tuple) or not node.elts:
+        return None
+    if not all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+        return None
+    return tuple(e.value for e in node.elts)  # type: ignore[attr-defined]
+
+
 def dotted_module(path: str) -> str:
     parts = path.removesuffix(".py").split("/")
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -83,7 +83,7 @@ SHAPE_RULES: dict[str, tuple[str, ...]] = {
         "new-method-table-entry",
         "removed-subpackage",
     ),
-    "new-variant, gate end to end (tests/tools/peft_plants.py)": ("variant-switch-added",),
+    "new-variant, gate end to end (tests/tools/peft_plants.py)": ("variant-switch-added", "variant-entry-added"),
 }
 _HOOK_REGISTRATION = re.compile(r"register\w*hook")
 

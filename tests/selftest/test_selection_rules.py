@@ -27,6 +27,9 @@ PLAIN_ATTRIBUTE = LAYER.replace("class Linear:\n", "class Linear:\n    zq_kind =
 TABLE = LAYER + "\n\nTABLE = {'a': 1}\n\n\ndef keys():\n    return list(TABLE)\n"
 VARIANT_FIELD = "    alpha: int = 16\n    use_x: bool = field(default=False, metadata={'is_lora_variant': True})\n"
 VERSION = "__version__ = '1.0'\n\n\ndef card(lines):\n    return f'v {__version__}' in lines\n"
+VARIANTS = LAYER + "\n\ndef lora_variants():\n    return {(): None, ('use_dora',): 'dora'}\n"
+WITH_X = VARIANTS.replace("('use_dora',): 'dora'}", "('use_dora',): 'dora', ('use_x',): 'x'}")
+VARIANT_RUNS = {"toy/layer.py::lora_variants": frozenset({"m/a/train", "m/b/train"})}
 
 # rule -> (base files over the toy's BASE, head files over base, extra footprints, the cases selected or None: every)
 CASES = {
@@ -93,7 +96,38 @@ CASES = {
         {},
         (),
     ),
+    "variant-entry-added": (
+        {"layer.py": VARIANTS},
+        {"config.py": BASE["config.py"].replace("    alpha: int = 16\n", VARIANT_FIELD), "layer.py": WITH_X},
+        VARIANT_RUNS,
+        (),
+    ),
 }
+
+
+@pytest.mark.parametrize(
+    "config, layer",
+    [
+        pytest.param(BASE["config.py"], WITH_X, id="the-switch-is-not-added"),
+        pytest.param(
+            BASE["config.py"].replace("    alpha: int = 16\n", VARIANT_FIELD),
+            WITH_X.replace("'dora', ('use_x',)", "'dora' if x else None, ('use_x',)"),
+            id="other-code-changes-too",
+        ),
+        pytest.param(
+            BASE["config.py"].replace("    alpha: int = 16\n", VARIANT_FIELD),
+            WITH_X.replace("('use_x',)", "('use_x', 'use_a')"),
+            id="an-unsorted-key",
+        ),
+    ],
+)
+def test_a_variant_entry_added_otherwise_selects_the_cases_that_ran_the_mapping(tmp_path, config, layer):
+    footprints = Footprints(TOY_FOOTPRINTS.cases, {**TOY_FOOTPRINTS.runs, **VARIANT_RUNS})
+    base = _toy(tmp_path / "base", {"layer.py": VARIANTS})
+    head = _toy(tmp_path / "head", {"layer.py": layer, "config.py": config})
+    chosen = select_between(footprints, base, head)
+    assert "variant-entry-added" not in {decision.rule for decision in chosen.decisions}, chosen.decisions
+    assert {"m/a/train", "m/b/train"} <= set(chosen.cases), chosen.reasons
 
 
 @pytest.mark.parametrize("rule", sorted(CASES))
@@ -104,7 +138,7 @@ def test_the_rule_decides_its_toy_change(tmp_path, rule):
     head = _toy(tmp_path / "head", {**base_files, **head_files})
     chosen = select_between(footprints, base, head)
     assert rule in {decision.rule for decision in chosen.decisions}, chosen.decisions
-    if rule == "variant-switch-added":
+    if rule in ("variant-switch-added", "variant-entry-added"):
         assert chosen.new_cases and not chosen.unjudged, chosen  # the new variant's cases stand for it
     if expected is None:
         assert chosen.everything, chosen.reasons

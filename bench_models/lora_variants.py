@@ -218,6 +218,7 @@ def variant_method(
         note=_note(variant, classes, known),
         batch_token_ids=entry.batch_token_ids,
         derived=known is None,
+        companions=entry.companions,
     )
 
 

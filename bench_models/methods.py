@@ -234,6 +234,9 @@ class Method:
     peft_apis: tuple[str, ...] = ()
     # No registry entry: derived from what the installed PEFT declares (bench_models.derived_methods).
     derived: bool = False
+    # (spec) -> adapters added beside the one under test right after wrapping, by name -> their LoraConfig's keyword
+    # arguments: what the adapter under test reads of others (Arrow's router mixes its task adapters).
+    companions: Callable[[ModelSpec], Mapping[str, Options]] | None = field(default=None, compare=False, repr=False)
     # Everything the method cannot run, derived: TUNER_LIMITS less `lifts`, plus `cannot_run`.
     limits: Mapping[Selector, str] = field(init=False, compare=False, repr=False)
 
@@ -838,6 +841,7 @@ class KnownVariant:
     lifts: Mapping[Selector, str] = field(default_factory=dict)
     note: str = ""
     batch_token_ids: tuple[int, ...] = ()
+    companions: Callable[[ModelSpec], Mapping[str, Options]] | None = None  # as Method.companions
 
 
 _VARIANT_STATE_IS_LORA = "its adapter state is lora_A and lora_B only, which hotswap_adapter swaps"
@@ -849,6 +853,26 @@ def _block_diagonal_attention(spec: ModelSpec):
     """BD-LoRA's two block-diagonal kinds, one on each attention projection the LoRA options target."""
     first, second = spec.attention_modules[:2]
     return peft.BdLoraConfig(target_modules_bd_a=[first], target_modules_bd_b=[second], nblocks=2)
+
+
+ARROW_TASK_ADAPTERS = ("task_0", "task_1")
+_ARROW_ROUTES_ALIKE = (
+    "a second Arrow router over the same task adapters routes alike, so its output is the first's and the"
+    " scenario's check cannot tell the adapters apart"
+)
+
+
+def _arrow_router(spec: ModelSpec):
+    """Arrow's router as create_arrow_model configures it (it sets the adapter names, which __init__ does not take)."""
+    router = peft.ArrowConfig(top_k=1, rng_seed=0)
+    router.task_adapter_names, router.gks_adapter_names = list(ARROW_TASK_ADAPTERS), []
+    return router
+
+
+def _arrow_task_adapters(spec: ModelSpec) -> dict[str, Options]:
+    """Arrow's task adapters as create_arrow_model finds them: LoRA on the router's targets, trained (random lora_B,
+    init_lora_weights=False), so that their prototypes (the top singular vector of each B @ A) are not zero."""
+    return {name: options.lora_options(spec, None, None, init_lora_weights=False) for name in ARROW_TASK_ADAPTERS}
 
 
 # Variant name (its LoraConfig field, or its init_lora_weights value) -> what the registry knows of it.
@@ -885,16 +909,25 @@ LORA_VARIANTS: dict[str, KnownVariant] = {
         },
         note="KasaConfig defaults (truncates the base weight's r smallest singular values)",
     ),
+    "arrow_config": KnownVariant(
+        value=_arrow_router,
+        companions=_arrow_task_adapters,
+        cannot_run={
+            Operation("multi-adapter"): _ARROW_ROUTES_ALIKE,
+            Operation("mixed-batch"): _ARROW_ROUTES_ALIKE,
+            Operation("gradient-checkpointing"): "with gradient checkpointing no gradient reaches the router's"
+            " weights (check_registry)",
+        },
+        note=f"the router (top_k=1) over two trained task adapters {list(ARROW_TASK_ADAPTERS)}, added beside it as"
+        " create_arrow_model loads them",
+    ),
     "mica": KnownVariant(
         lifts={Operation("hotswap"): _VARIANT_STATE_IS_LORA},
         note="init_lora_weights='mica' (lora_B frozen to the base weight's smallest singular vectors)",
     ),
 }
 # Variants PEFT declares that get no method, with the reason.
-EXCLUDED_LORA_VARIANTS: dict[str, str] = {
-    "arrow_config": "Arrow routes among trained task adapters that peft.create_arrow_model loads from disk; the zoo"
-    " does not build them yet",
-}
+EXCLUDED_LORA_VARIANTS: dict[str, str] = {}
 
 
 # ------------------------------------------------------------------------------ methods on the input embedding

@@ -34,8 +34,21 @@ def build_peft_model(
     config = method.make_config(spec, rank=rank, dropout=dropout)
     torch.manual_seed(seed)
     model = peft.get_peft_model(base, config, adapter_name=adapter_name)
+    add_companions(model, spec, method, seed=seed)
     model.to(device)
     return model.train()
+
+
+def add_companions(peft_model, spec, method, *, seed: int) -> None:
+    """The adapters the method's adapter reads beside it (``Method.companions``), each seeded; the adapter under test
+    stays the active one."""
+    if method.companions is None:
+        return
+    active = peft_model.active_adapter
+    for offset, (name, kwargs) in enumerate(method.companions(spec).items(), 1):
+        torch.manual_seed(seed + offset)
+        peft_model.add_adapter(name, peft.LoraConfig(**kwargs))
+    peft_model.set_adapter(active)
 
 
 def build_method_base(

@@ -266,3 +266,18 @@ def test_a_scenario_missing_from_the_selection_table_is_an_error_naming_it(monke
     monkeypatch.setitem(tests.cases.SCENARIOS, "brand-new", None)
     with pytest.raises(ValueError, match=r"scenario 'brand-new' has no entry in SELECTION \(tests/cases.py\)"):
         cases_for("brand-new")
+
+
+def test_a_method_s_companion_adapters_sit_beside_its_active_adapter():
+    """Arrow's router reads its task adapters (Method.companions): the model holds them, the router stays active."""
+    from bench_models import build_peft_model
+    from bench_models.methods import ARROW_TASK_ADAPTERS
+
+    reason = ("lora-arrow" not in METHODS and "no lora-arrow method") or skip_reason("llama-tiny", "lora-arrow")
+    if reason:
+        pytest.skip(reason)
+    model = build_peft_model("llama-tiny", "lora-arrow")
+    assert model.active_adapter == "default"
+    assert set(ARROW_TASK_ADAPTERS) <= set(model.peft_config), sorted(model.peft_config)
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trainable and not any(f".{task}." in name for name in trainable for task in ARROW_TASK_ADAPTERS), trainable

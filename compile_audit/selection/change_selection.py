@@ -188,10 +188,11 @@ class _Rules:
     def cases_of(self, keys: Iterable[str]) -> frozenset[str]:
         return frozenset().union(*(self.footprints.ran(key) for key in keys))
 
-    def cases_reading(self, keys: Iterable[str], names: Iterable[str]) -> frozenset[str]:
-        """The cases that ran a statement of these functions that reads one of ``names``, in either version of each
-        function (the whole function where only its signature or decorators read them). A statement that only one
-        version of a changed function has is that function's own change, which its own pick selects."""
+    def cases_reading(self, keys: Iterable[str], names: Iterable[str], going_over: bool = False) -> frozenset[str]:
+        """The cases that ran a statement of these functions that reads one of ``names`` (``going_over``: that goes
+        over one as a table or hands it on), in either version of each function (the whole function where only its
+        signature or decorators read them). A statement that only one version of a changed function has is that
+        function's own change, which its own pick selects."""
         names = frozenset(names)
         cases: set[str] = set()
         for key in keys:
@@ -208,7 +209,7 @@ class _Rules:
                 function = module.functions[qualname]
                 around = function.enclosing()
                 named.append(set(around))
-                statements = function.statements_reading(names)
+                statements = function.statements_reading(names, going_over)
                 if statements:
                     found.update(statements)
                     enclosing.update(around)
@@ -559,9 +560,9 @@ class _Rules:
             going_over = self.readers.iterating({name})
             if scope:
                 readers = self.readers.of_attribute(name) & going_over
-                cases |= self.cases_reading(readers, {name}) & self.class_cases(path, scope)
+                cases |= self.cases_reading(readers, {name}, going_over=True) & self.class_cases(path, scope)
             else:
-                cases |= self.cases_reading(self.readers.of_name(name, path) & going_over, {name})
+                cases |= self.cases_reading(self.readers.of_name(name, path) & going_over, {name}, going_over=True)
         return frozenset(cases)
 
     def tables_grown(self, path: str, changes: Sequence[StatementChange]) -> tuple[list[Pick], list[StatementChange]]:
@@ -614,7 +615,7 @@ class _Rules:
         before. Removed (or edited: one of each), every reader of the table may read another value."""
         tables_ = {name for _, _, name in self.computed_from(change.path, set(change.statement.writes))}
         if change.kind == "added":
-            cases = self.cases_reading(self.readers.iterating(tables_), tables_)
+            cases = self.cases_reading(self.readers.iterating(tables_), tables_, going_over=True)
             return Pick(
                 cases,
                 f"{where}: sets a key of {_names(tables_)}: the {_count(cases)} that ran code iterating it",
@@ -636,7 +637,7 @@ class _Rules:
             written = self.readers.tables_written_by(statement.reads)
             if written:
                 iterating = self.readers.iterating(written)
-                cases = self.cases_reading(iterating, written)
+                cases = self.cases_reading(iterating, written, going_over=True)
                 return Pick(
                     cases,
                     f"{where}: runs at import in a new subpackage and adds keys to {_names(written)}: the new cases,"

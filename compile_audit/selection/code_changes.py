@@ -115,10 +115,13 @@ class FunctionDef:
         walk(self.node.body)
         return frozenset(found)
 
-    def statements_reading(self, names: frozenset[str] | set[str]) -> list[str]:
-        """The statements (by name) whose own code reads any of ``names`` (a compound statement: its header). One in
-        a block taken only under torch.compile stands as the branch that holds it: eager footprints never run it."""
+    def statements_reading(self, names: frozenset[str] | set[str], going_over: bool = False) -> list[str]:
+        """The statements (by name) whose own code reads any of ``names`` (a compound statement: its header); with
+        ``going_over``, only those that go over one as a table or hand it on (``tables.goes_over``), not those that
+        look one key up. One in a block taken only under torch.compile stands as the branch that holds it: eager
+        footprints never run it."""
         wanted = frozenset(names)
+        reads = tables.goes_over if going_over else _reads_any
         ids = iter(self.statement_ids())
         found: list[str] = []
 
@@ -127,7 +130,7 @@ class FunctionDef:
                 name = next(ids)
                 blocks = _blocks_of(statement)
                 own = _without_blocks(statement) if blocks else statement
-                if _reads_any(own, wanted):
+                if reads(own, wanted):
                     found.append(compile_only or name)
                 inner = compile_only
                 if inner is None and _reads_any(getattr(statement, "test", None), COMPILE_ONLY_TESTS):

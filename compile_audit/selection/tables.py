@@ -163,3 +163,10 @@ def used_beyond_lookups(function: ast.AST) -> frozenset[str]:
         if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load) and id(node) not in looked_up:
             found.add(_name(node))
     return frozenset(found - {""})
+
+
+def goes_over(node: ast.AST, names: frozenset[str]) -> bool:
+    """Whether code (a statement) goes over one of these tables or hands it on: what a key added to it can reach. A
+    lookup of one key (``T[key]``, ``T.get(key)``, ``key in T``) reads what it read before."""
+    # Uncached: a compound statement's header is a fresh copy on every call.
+    return bool(names & (iterated_names.__wrapped__(node) | used_beyond_lookups(node)))

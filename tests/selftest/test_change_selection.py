@@ -551,6 +551,37 @@ def test_an_added_method_selects_its_new_cases_and_the_code_iterating_its_tables
     assert "new-method-registration" in {d.rule for d in chosen.decisions}
 
 
+PREFIXES = """
+
+def prefixes(kind):
+    if kind in TABLE:
+        return {TABLE[kind]}
+    return set(TABLE.values())
+"""
+
+
+@pytest.mark.parametrize("ran_the_iteration", [False, True])
+def test_an_added_method_selects_a_case_only_where_it_ran_the_statement_going_over_the_table(
+    tmp_path, ran_the_iteration
+):
+    """A function that looks its own key up and goes over the table only for a key it lacks (PEFT's
+    build_peft_weight_mapping): a case that ran only the lookup reads what it read before."""
+    from compile_audit.selection.code_changes import parse_module
+
+    files = {"registry.py": REGISTRY + PREFIXES, **_method_package("lora")}
+    function = parse_module("toy/registry.py", files["registry.py"]).functions["prefixes"]
+    *_, going_over = function.statement_ids()
+    footprints = Footprints(
+        ("m/lora/x", "m/lora/y"),
+        {"toy/registry.py::prefixes": frozenset({"m/lora/x", "m/lora/y"})},
+        statements={"toy/registry.py::prefixes": {going_over: frozenset({"m/lora/y"} if ran_the_iteration else ())}},
+    )
+    base, head = _tree(tmp_path, "base", files), _tree(tmp_path, "head", {**files, **_method_package("newm")})
+    chosen = select_between(footprints, base, head)
+    assert chosen.cases == (("m/lora/y",) if ran_the_iteration else ()), chosen.reasons
+    assert chosen.new_cases
+
+
 def test_an_added_mapping_entry_selects_the_code_iterating_that_mapping(tmp_path):
     constants = "MAPPING = {'llama': ['q']}\n"
     readers = (

@@ -18,7 +18,7 @@ from compile_audit.artifacts.report import read_cases
 from compile_audit.selection import builds_file
 from compile_audit.selection.change_selection import Selection
 from compile_audit.selection.footprints_file import Footprints
-from gate_tools import gate
+from gate_tools import gate, gate_args, gate_selection, sides
 
 pytestmark = pytest.mark.selftest
 
@@ -127,8 +127,8 @@ def run_gate(tmp_path, capsys, monkeypatch):
     """main() with a fake shell; returns (status, stdout, stderr lines)."""
 
     def run(shell: FakeShell, *extra: str, base: str = "peft==0.21.2", head: str = "peft==0.21.2"):
-        monkeypatch.setattr(gate, "select_between", lambda footprints, base, head: shell.selection)
-        monkeypatch.setattr(gate, "load_footprints", lambda path: shell.footprints)
+        monkeypatch.setattr(gate_selection, "select_between", lambda footprints, base, head: shell.selection)
+        monkeypatch.setattr(gate_selection, "load_footprints", lambda path: shell.footprints)
         argv = ["--base", base, "--head", head, "--out", str(tmp_path / "out"), "--torch", "torch==2.13.0"]
         footprints = tmp_path / "footprints.json"
         footprints.write_text("{}", encoding="utf-8")
@@ -203,32 +203,34 @@ def test_a_directory_without_a_project_is_refused(tmp_path, capsys):
     ],
 )
 def test_peft_specs_pip_installs_are_accepted_unchanged(spec):
-    assert gate.check_peft_spec("base", spec) == spec
+    assert gate_args.check_peft_spec("base", spec) == spec
 
 
 def test_a_local_peft_path_is_made_absolute(tmp_path, monkeypatch):
     (tmp_path / "peft").mkdir()
     (tmp_path / "peft" / "pyproject.toml").write_text("", encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    assert gate.check_peft_spec("head", "./peft") == str(tmp_path / "peft")
+    assert gate_args.check_peft_spec("head", "./peft") == str(tmp_path / "peft")
 
 
 def test_default_torch_is_the_callers_version_without_its_local_label(monkeypatch):
-    monkeypatch.setattr(gate.importlib.metadata, "version", lambda name: "2.13.0+cpu")
-    assert gate.default_torch_spec() == "torch==2.13.0"
+    monkeypatch.setattr(gate_args.importlib.metadata, "version", lambda name: "2.13.0+cpu")
+    assert gate_args.default_torch_spec() == "torch==2.13.0"
 
 
 def test_no_torch_in_the_caller_and_no_torch_option_is_an_error(monkeypatch):
     def missing(name):
-        raise gate.importlib.metadata.PackageNotFoundError(name)
+        raise gate_args.importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(gate.importlib.metadata, "version", missing)
-    with pytest.raises(gate.GateError, match="this Python has no torch to match: pass --torch"):
-        gate.default_torch_spec()
+    monkeypatch.setattr(gate_args.importlib.metadata, "version", missing)
+    with pytest.raises(gate_args.GateError, match="this Python has no torch to match: pass --torch"):
+        gate_args.default_torch_spec()
 
 
 def test_pytest_args_are_everything_after_the_double_dash():
-    opts = gate.parse_args(["--base", "peft", "--head", "peft", "--out", "o", "--torch", "torch", "--", "-k", "a --b"])
+    opts = gate_args.parse_args(
+        ["--base", "peft", "--head", "peft", "--out", "o", "--torch", "torch", "--", "-k", "a --b"]
+    )
     assert opts.pytest_args == ("-k", "a --b")
 
 
@@ -283,8 +285,8 @@ def test_transformers_and_the_install_pins_are_pinned_unless_unpinned(run_gate, 
 def test_install_pins_are_requirements_without_comments(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "install_pins.txt").write_text("# why\n\nfoo==1.0  # because\nbar>=2\n")
-    assert gate.install_pins(tmp_path) == ["foo==1.0", "bar>=2"]
-    assert gate.install_pins(tmp_path / "nowhere") == []
+    assert sides.install_pins(tmp_path) == ["foo==1.0", "bar>=2"]
+    assert sides.install_pins(tmp_path / "nowhere") == []
 
 
 def test_a_change_to_no_executed_code_runs_nothing_and_exits_0(run_gate, tmp_path):
@@ -337,19 +339,19 @@ semicolon (after version specifier) or end
 
 
 def test_pips_reason_is_its_error_lines_with_the_newest_versions_an_index_has():
-    assert gate.pip_reason(PIP_NO_VERSION) == (
+    assert sides.pip_reason(PIP_NO_VERSION) == (
         "ERROR: Could not find a version that satisfies the requirement peft==99.0.0 (from versions: ..., 0.19.1,"
         " 0.20.0, 0.21.0, 0.21.1, 0.21.2); ERROR: No matching distribution found for peft==99.0.0"
     )
-    assert gate.pip_reason(PIP_INVALID) == (
+    assert sides.pip_reason(PIP_INVALID) == (
         "ERROR: Invalid requirement: 'peft==0.0.0.x': Expected comma (within version specifier), semicolon (after"
         " version specifier) or end"
     )
-    assert gate.pip_reason("$ python -m pip install peft\n/usr/bin/python3: No module named pip\n") == (
+    assert sides.pip_reason("$ python -m pip install peft\n/usr/bin/python3: No module named pip\n") == (
         "/usr/bin/python3: No module named pip"
     )
-    assert gate.pip_reason("") == "no output"
-    assert len(gate.pip_reason("ERROR: " + "x" * 2000)) == 600
+    assert sides.pip_reason("") == "no output"
+    assert len(sides.pip_reason("ERROR: " + "x" * 2000)) == 600
 
 
 def test_an_install_failure_exits_2_naming_the_spec_and_its_log(run_gate, tmp_path):
@@ -689,7 +691,7 @@ def test_a_bad_shard_is_refused(run_gate, shard):
 def test_footprints_recorded_on_another_peft_than_base_are_noted(run_gate, monkeypatch, base_version, noted):
     shell = FakeShell()
     shell.footprints = Footprints((), {}, {"peft": "0.21.2"})
-    monkeypatch.setattr(gate, "_source_version", lambda package: base_version)
+    monkeypatch.setattr(gate_selection, "_source_version", lambda package: base_version)
     status, out, _ = run_gate(shell)
     assert status == 0
     assert ("the footprints were recorded on peft 0.21.2, base is 0.22.0.dev0" in out) is noted
@@ -703,9 +705,9 @@ def test_footprints_recorded_on_another_peft_than_base_are_noted(run_gate, monke
     ],
 )
 def test_the_gate_counts_as_audited_what_the_report_does(tmp_path, record):
-    side = gate.Side("head", "peft", tmp_path, tmp_path / "work")
+    side = sides.Side("head", "peft", tmp_path, tmp_path / "work")
     side.report.write_text(json.dumps(report(record)))
-    assert gate.check_report(side) == 1 == read_cases(side.report).audited_count
+    assert sides.check_report(side) == 1 == read_cases(side.report).audited_count
 
 
 def test_audit_selection_runs_a_seeded_sample_outside_the_selection_and_a_changed_verdict_there_fails(
@@ -729,9 +731,9 @@ def test_audit_selection_runs_a_seeded_sample_outside_the_selection_and_a_change
     assert "## Selection missed (3)" in (tmp_path / "out" / "diff.md").read_text()
     # Seeded: the same sample again.
     argv = ["--base", "peft==0.21.2", "--head", "peft==0.21.2", "--out", str(tmp_path / "again")]
-    opts = gate.parse_args([*argv, "--audit-selection", "3", "--audit-seed", "1"])
+    opts = gate_args.parse_args([*argv, "--audit-selection", "3", "--audit-seed", "1"])
     opts.out.mkdir()
-    assert gate.audit_sample(opts, shell.footprints, shell.selection) == sample
+    assert gate_selection.audit_sample(opts, shell.footprints, shell.selection) == sample
 
 
 NEW_CASE = {**AUDITED, "id": "llama-tiny/hracopy/train-eval-train", "derived": True}
@@ -786,8 +788,10 @@ def test_code_in_new_files_but_no_new_method_runs_nothing_and_exits_0(run_gate):
     ],
 )
 def test_every_side_runs_its_cases_on_workers_that_are_replaced_when_they_die(jobs, pytest_args, expected):
-    opts = gate.parse_args(["--base", "peft", "--head", "peft", "--out", "o", "--jobs", str(jobs), "--", *pytest_args])
-    assert gate._pytest_jobs(opts, 5) == expected
+    opts = gate_args.parse_args(
+        ["--base", "peft", "--head", "peft", "--out", "o", "--jobs", str(jobs), "--", *pytest_args]
+    )
+    assert sides.pytest_jobs(opts, 5) == expected
 
 
 # ----------------------------------------------------------------------------- what both sides share

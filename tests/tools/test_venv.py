@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gate_tools import gate
+from gate_tools import sides
 from gate_tools.bisect.lab import Lab
 from gate_tools.venv import ScratchVenv
 
@@ -57,7 +57,7 @@ def builder_env(environ, tmp_path):
 def gate_env(environ, tmp_path, monkeypatch):
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
-    side = gate.Side("head", "peft", tmp_path / "out", tmp_path / "work" / "head")
+    side = sides.Side("head", "peft", tmp_path / "out", tmp_path / "work" / "head")
     return side.env(tmp_path / "snapshot"), side.venv, side.work
 
 

@@ -222,9 +222,9 @@ def _declares_a_variant_switched_off(node: ast.stmt) -> bool:
 
 
 def variant_entries_added(base: FunctionDef, head: FunctionDef, switches: frozenset[str]) -> tuple[str, ...]:
-    """The keys of the entries ``head`` adds to dict literals of ``base`` when that is all that differs and each
-    key is a sorted tuple of strings naming at least one of ``switches`` (``("use_x",): XVariant``, as a layer's
-    ``lora_variants`` maps them); else ()."""
+    """The keys of the entries ``head`` adds to dict literals of ``base`` when that is all that differs, each key a
+    sorted tuple of strings naming at least one of ``switches`` and each value a plain reference
+    (``("use_x",): variants.XVariant``, as a layer's ``lora_variants`` maps them); else ()."""
     if head.dump != _dump(head.node) or base.dump != _dump(base.node):  # a property with a setter: both at once
         return ()
     stripped = copy.deepcopy(head.node)
@@ -235,12 +235,20 @@ def variant_entries_added(base: FunctionDef, head: FunctionDef, switches: frozen
         kept = []
         for key, value in zip(node.keys, node.values, strict=True):
             names = _string_tuple(key)
-            if names is not None and names == tuple(sorted(names)) and set(names) & switches:
+            plain = _plain_reference(value)  # evaluated on every call, by every case: it must do nothing else
+            if plain and names is not None and names == tuple(sorted(names)) and set(names) & switches:
                 added.append(ast.unparse(key))
             else:
                 kept.append((key, value))
         node.keys, node.values = [k for k, _ in kept], [v for _, v in kept]
     return tuple(added) if added and _dump(stripped) == base.dump else ()
+
+
+def _plain_reference(node: ast.expr) -> bool:
+    """A constant, a name or a dotted name (``variants.KasaLinearVariant``): evaluating it calls nothing."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name | ast.Constant)
 
 
 def _string_tuple(node: ast.expr | None) -> tuple[str, ...] | None:

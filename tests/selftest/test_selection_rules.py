@@ -119,6 +119,11 @@ CASES = {
             WITH_X.replace("('use_x',)", "('use_x', 'use_a')"),
             id="an-unsorted-key",
         ),
+        pytest.param(
+            BASE["config.py"].replace("    alpha: int = 16\n", VARIANT_FIELD),
+            WITH_X.replace("('use_x',): 'x'", "('use_x',): make_x()"),
+            id="a-value-that-calls",
+        ),
     ],
 )
 def test_a_variant_entry_added_otherwise_selects_the_cases_that_ran_the_mapping(tmp_path, config, layer):

@@ -279,7 +279,8 @@ class _Rules:
                 f"{label}: {change.kind}, cached once per process: the {_count(cases)} that ran it or its callers",
                 rule="cached-function",
             )
-        if change.kind == "changed" and change.base is not None and change.head is not None:
+        both_sides = change.kind == "changed" and change.base is not None and change.head is not None
+        if both_sides:
             keys = code_changes.variant_entries_added(change.base, change.head, self.new_switches)
             if keys:
                 return Pick(
@@ -290,7 +291,7 @@ class _Rules:
                     settled=True,
                     rule="variant-entry-added",
                 )
-        if ran and change.kind == "changed" and change.base is not None and change.head is not None:
+        if ran and both_sides:
             return self.building(self.changed_statements(change, label, ran), label)
         if ran:
             return self.building(Pick(ran, f"{label}: {change.kind}: run by {_count(ran)}", rule="ran-function"), label)
@@ -557,12 +558,12 @@ class _Rules:
         class attribute's on its class or a subclass."""
         cases = set()
         for path, scope, name in names:
-            going_over = self.readers.iterating({name})
+            iterating = self.readers.iterating({name})
             if scope:
-                readers = self.readers.of_attribute(name) & going_over
+                readers = self.readers.of_attribute(name) & iterating
                 cases |= self.cases_reading(readers, {name}, going_over=True) & self.class_cases(path, scope)
             else:
-                cases |= self.cases_reading(self.readers.of_name(name, path) & going_over, {name}, going_over=True)
+                cases |= self.cases_reading(self.readers.of_name(name, path) & iterating, {name}, going_over=True)
         return frozenset(cases)
 
     def tables_grown(self, path: str, changes: Sequence[StatementChange]) -> tuple[list[Pick], list[StatementChange]]:

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from compile_audit.artifacts.diff import NotJudged, lonely_lines, not_judged_lines, not_judged_summary
+from compile_audit.rules.budgets import BudgetFile, BudgetFileError
 from gate_tools import why
 from gate_tools.gate_args import (
     EXIT_ERROR,
@@ -59,6 +60,7 @@ from gate_tools.gate_selection import (
     note_unjudged,
     selection_misses,
 )
+from gate_tools.head_only_roots import DecidedOnHead, base_is_recorded_release, decided_on_head, decided_section
 from gate_tools.sides import (
     NOTHING_COLLECTED,
     Shell,
@@ -178,18 +180,44 @@ def _work_dir(opts: Options) -> tuple[Path, bool]:
     return opts.work_dir, False
 
 
-def new_cases_failed(opts: Options, head: Side, failed: Sequence[str]) -> int:
-    """Head's verdict where only new cases failed: base has none of them to compare, so diff.md lists each with its
-    roots at their lines, as the diff does for a case only head has."""
+def regressed_on_head(
+    opts: Options, head: Side, failed_new: Sequence[str], decided: Sequence[DecidedOnHead] = ()
+) -> int:
+    """Head's verdict where base has nothing to add: new cases that fail (base has none of them) and cases decided on
+    head (a root at a line base lacks, head_only_roots). diff.md lists each with its roots at their lines, as the diff
+    does for a case only head has."""
     records = {case.id: case for case in read_report(head).cases}
-    lines = lonely_lines(
-        "New cases that fail", [(records[case], True) for case in failed], "new case outside its budget"
-    )
-    text = "# Compile gate\n\nHead regressed: new cases, of a method base lacks, fail.\n" + "\n".join(lines) + "\n"
+    lines, what = [], []
+    if failed_new:
+        lines += lonely_lines(
+            "New cases that fail", [(records[case], True) for case in failed_new], "new case outside its budget"
+        )
+        what.append("new cases, of a method base lacks, fail")
+    if decided:
+        lines += decided_section(list(decided))
+        what.append("breaks at lines base does not have")
+    text = f"# Compile gate\n\nHead regressed: {'; '.join(what)}.\n" + "\n".join(lines) + "\n"
     (opts.out / "diff.md").write_text(text, encoding="utf-8")
     sys.stdout.write(text)
     say(f"head regressed (diff: {shown(opts.out / 'diff.md')})")
     return EXIT_REGRESSION
+
+
+def decide_on_head(head: Side, snapshot: Path, base_package: Path, failing: Sequence[str]) -> list[DecidedOnHead]:
+    """The failed cases head alone decides (head_only_roots), said; base runs the rest."""
+    path = snapshot / "tests" / "compile_budgets.toml"
+    try:
+        budgets = BudgetFile.load(path)
+    except (OSError, BudgetFileError) as error:
+        raise GateError(f"{path}: unreadable budgets file: {error}") from None
+    records = read_report(head).by_id
+    decided = decided_on_head((records[case] for case in failing if case in records), base_package, budgets)
+    if decided:
+        say(
+            f"head: {len(decided)} of the {len(failing)} failed case(s) break at a line base's PEFT does not have,"
+            " outside their budget: regressions without a base run"
+        )
+    return decided
 
 
 def write_compared_head(head: Side, base_cases: Sequence[str]) -> Path:
@@ -289,11 +317,17 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
     on_recorded = all(installed.get(name) == recorded.get(name) for name in ("torch", "transformers"))
     failed = failed_cases(head)  # one read of head's report
     failed_new = [case for case in failed if case in added]
+    decided: list[DecidedOnHead] = []
     if on_recorded:
         failing = [case for case in failed if case not in added]
-        if failed_new and not failing:
-            say(f"base: not run: only new cases failed ({len(failed_new)}), and base has none of them")
-            return new_cases_failed(opts, head, failed_new)
+        if failing and base_is_recorded_release(sources[0], recorded):
+            decided = decide_on_head(head, snapshot, sources[0], failing)
+            failing = [case for case in failing if case not in {item.case.id for item in decided}]
+        if (failed_new or decided) and not failing:
+            parts = [f"{len(failed_new)} new case(s) failed, which base lacks"] if failed_new else []
+            parts += [f"{len(decided)} case(s) broke at a line base does not have"] if decided else []
+            say(f"base: not run: {'; '.join(parts)}")
+            return regressed_on_head(opts, head, failed_new, decided)
         if not failing:
             return _no_run(
                 opts,
@@ -330,6 +364,10 @@ def gate(opts: Options, shell: Shell, work: Path) -> int:
         with (opts.out / "diff.md").open("a", encoding="utf-8") as diff:
             diff.write(f"\n## Selection missed ({len(missed)})\n\n{text}")
         say(f"selection missed {len(missed)} case(s) whose verdict changed: {', '.join(missed)}")
+        status = EXIT_REGRESSION
+    if decided:
+        with (opts.out / "diff.md").open("a", encoding="utf-8") as diff:
+            diff.write("\n".join(decided_section(decided)) + "\n")
         status = EXIT_REGRESSION
     verdict = "head regressed" if status == EXIT_REGRESSION else "no regression"
     say(f"{verdict} (diff: {shown(opts.out / 'diff.md')})")

@@ -60,6 +60,7 @@ class FakeShell:
         self.footprints = Footprints((), {})
         self.import_errors: dict[str, str] = {}  # side -> the traceback of `import peft` there
         self.fingerprints: dict[str, dict] = {"base": {}, "head": {}}  # side -> case id -> its build fingerprint
+        self.sources: dict[str, dict[str, str]] = {"base": {}, "head": {}}  # side -> file in peft/ -> its text
 
     @staticmethod
     def side(cmd: list[str]) -> str:
@@ -78,6 +79,9 @@ class FakeShell:
             package = Path(cmd[cmd.index("--target") + 1]) / "peft"
             package.mkdir(parents=True, exist_ok=True)
             (package / "__init__.py").touch()
+            for relative, text in self.sources[self.side(cmd)].items():
+                (package / relative).parent.mkdir(parents=True, exist_ok=True)
+                (package / relative).write_text(text, encoding="utf-8")
             return 0
         if cmd[1:3] == ["-m", "pip"]:
             return 1 if cmd[-1] in self.failing_installs else 0
@@ -938,3 +942,63 @@ def test_why_names_the_rules_and_changes_that_selected_a_case_and_what_the_build
     assert lines[-2].startswith("build comparison: built the same") and lines[-1] == "so it did not run"
     assert why.explain(tmp_path, "m/ia3/train")[0].startswith("not selected: no change reaches it")
     assert gate.main(["--why", "m/a/b", "--out", str(tmp_path / "none")], prog="scripts/gate") == 2
+
+
+# ----------------------------------------------------------------------------- decided on head
+
+PLANTED_LINE = "torch._dynamo.graph_break()  # planted"
+LAYER_ROOT = {
+    "identity": "peft/tuners/lora/layer.py in forward: gb0025",
+    "location": "peft/tuners/lora/layer.py:3",
+    "function": "forward",
+    "reason": "Call to `torch._dynamo.graph_break()`: User-inserted graph break.",
+    "source": PLANTED_LINE,
+}
+OVER_BUDGET = {"kind": "over budget", "held": False, "summary": "over budget: graph breaks: 1 > budget 0"}
+
+
+def breaking_on_head(shell: FakeShell, *, base_version: str = "0.21.2", base_has_line: bool = False) -> FakeShell:
+    """Head fails its budget with a root at LAYER_ROOT's line; base is `base_version`, its layer.py with or without
+    that line."""
+    broken = {**FAILED, "audited": True, "graph_breaks": {"count": 1, "roots": [LAYER_ROOT]}, "problems": [OVER_BUDGET]}
+    shell.reports["head"] = report(broken)
+    shell.pytest_status["head"] = 1
+    base_layer = "def forward(x):\n    " + (PLANTED_LINE if base_has_line else "pass") + "\n    return x\n"
+    shell.sources["base"] = {"__init__.py": f'__version__ = "{base_version}"\n', "tuners/lora/layer.py": base_layer}
+    return shell
+
+
+def test_a_break_at_a_line_base_lacks_is_a_regression_without_a_base_run(run_gate, tmp_path):
+    shell = breaking_on_head(FakeShell())
+    status, out, err = run_gate(shell)
+    assert (status, err) == (1, []), out
+    assert not shell.pytest_runs("base")
+    assert "base: not run: 1 case(s) broke at a line base does not have" in out
+    diff = (tmp_path / "out" / "diff.md").read_text(encoding="utf-8")
+    assert "Head regressed: breaks at lines base does not have." in diff
+    assert "root `peft/tuners/lora/layer.py:3` in `forward`" in diff and PLANTED_LINE in diff
+    assert f"- **{FAILED['id']}**: failed, graph breaks 1 — **regression**" in diff
+
+
+@pytest.mark.parametrize(
+    ("base_version", "base_has_line"),
+    [("0.21.2", True), ("0.22.0.dev0", False)],
+    ids=["base-has-the-line", "base-not-the-budgets-release"],
+)
+def test_base_runs_the_failure_where_it_could_have_that_break(run_gate, base_version, base_has_line):
+    shell = breaking_on_head(FakeShell(diff_status=0), base_version=base_version, base_has_line=base_has_line)
+    status, out, _ = run_gate(shell)
+    assert status == 0 and "broke at a line" not in out
+    assert len(shell.pytest_runs("base")) == 1
+
+
+def test_cases_decided_on_head_join_the_diff_of_those_base_ran(run_gate, tmp_path):
+    shell = breaking_on_head(FakeShell(diff_status=0))
+    other = {**FAILED, "id": "llama-tiny/lora/save-load", "problems": [{"kind": "check", "names": ["saved adapter"]}]}
+    shell.reports["head"]["cases"].append(other)
+    status, out, _ = run_gate(shell)
+    assert status == 1, out
+    assert len(shell.pytest_runs("base")) == 1
+    assert (tmp_path / "out" / "base-cases.txt").read_text().split() == [other["id"]]
+    diff = (tmp_path / "out" / "diff.md").read_text(encoding="utf-8")
+    assert "- planted" in diff and "## Breaks at lines base does not have (1 root(s), 1 case(s), base not run)" in diff

@@ -18,6 +18,7 @@ now, or the package no longer has it).
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import fnmatch
 import tomllib
@@ -100,6 +101,36 @@ class Figure:
 def compiled_by(footprints: Footprints, key: str) -> tuple[str, ...]:
     """The cases that ran the function after their first compile (not only while building their model)."""
     return tuple(sorted(footprints.ran(key) - footprints.ran_only_building(key)))
+
+
+def _is_stub_statement(statement: ast.stmt) -> bool:
+    if isinstance(statement, ast.Pass):
+        return True
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+        return statement.value.value is Ellipsis or isinstance(statement.value.value, str)
+    if isinstance(statement, ast.Raise) and statement.exc is not None:
+        raised = statement.exc.func if isinstance(statement.exc, ast.Call) else statement.exc
+        return isinstance(raised, ast.Name) and raised.id == "NotImplementedError"
+    return False
+
+
+def stubs(source: str, qualnames: Iterable[str]) -> set[str]:
+    """Of ``qualnames`` (``Class.method``, ``function``), those defined in ``source`` whose body does nothing but
+    raise NotImplementedError (or pass, ``...``, a docstring): an abstract method no case can compile, whose edit
+    changes nothing any case runs."""
+    wanted, found = set(qualnames), set()
+
+    def visit(body: list[ast.stmt], prefix: str) -> None:
+        for node in body:
+            if isinstance(node, ast.ClassDef):
+                visit(node.body, f"{prefix}{node.name}.")
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}{node.name}"
+                if name in wanted and all(_is_stub_statement(statement) for statement in node.body):
+                    found.add(name)
+
+    visit(ast.parse(source).body, "")
+    return found
 
 
 def rows(forwards: Iterable[str], footprints: Footprints, gaps: Gaps) -> list[Row]:

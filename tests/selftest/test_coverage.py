@@ -4,6 +4,7 @@ count) shown to fail on a toy built to break it."""
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -179,3 +180,48 @@ def test_the_replayed_commits_that_change_a_forward_no_case_compiles_are_named(t
         ("d4", ["peft/tuners/toy/layer.py::Embedding.forward"]),
     ]
     assert every_forward(footprints, gaps) == (1, 3)
+
+
+STUBS_SOURCE = textwrap.dedent(
+    '''
+    class Variant:
+        def forward(module, x):
+            """The variant's forward."""
+            raise NotImplementedError
+
+        def merge(module):
+            raise NotImplementedError("subclasses merge")
+
+        def unmerge(module):
+            ...
+
+        def helper(module):
+            """A docstring, then real work."""
+            return module.weight
+
+    class Path:
+        def forward(self):
+            if self.training:
+                raise NotImplementedError
+    '''
+)
+
+
+def test_only_bodies_that_do_nothing_but_raise_not_implemented_are_stubs():
+    names = ("Variant.forward", "Variant.merge", "Variant.unmerge", "Variant.helper", "Path.forward", "missing")
+    assert coverage.stubs(STUBS_SOURCE, names) == {"Variant.forward", "Variant.merge", "Variant.unmerge"}
+
+
+def test_a_commit_changing_only_a_stub_forward_is_not_counted(tmp_path):
+    from tests.tools.coverage import commits_changing_uncompiled_forwards
+
+    stub, real = "peft/tuners/lora/layer.py::LoraVariant.forward", "peft/tuners/oft/layer.py::Dropout.forward"
+    replay = tmp_path / "replay.json"
+    reasons = [f"{stub}: changed: run by 0 case(s)", f"{real}: changed: run by 0 case(s)"]
+    commits = [{"commit": "a" * 40, "subject": "one", "reasons": reasons}]
+    commits.append({"commit": "b" * 40, "subject": "two", "reasons": reasons[:1]})
+    replay.write_text(json.dumps({"commits": commits}))
+    footprints = Footprints(cases=CASES, runs={}, versions={"peft": "0.0.1"}, defined=frozenset({stub, real}))
+    gaps = coverage.Gaps({}, {})
+    found = commits_changing_uncompiled_forwards(replay, footprints, gaps, {stub})
+    assert found == [("a" * 9, "one", [real])]

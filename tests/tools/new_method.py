@@ -13,6 +13,8 @@ import re
 import shutil
 from pathlib import Path
 
+from tests.tools.source_edits import insert_first
+
 PLANTED = "torch._dynamo.graph_break()  # PLANTED: a new method's forward breaks"
 
 
@@ -40,10 +42,7 @@ def _plant_break(layer_py: Path, class_name: str) -> None:
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == class_name:
             forward = next(f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
-            first = forward.body[1] if ast.get_docstring(forward) is not None else forward.body[0]
-            lines = text.splitlines(keepends=True)
-            lines.insert(first.lineno - 1, " " * first.col_offset + PLANTED + "\n")
-            layer_py.write_text("".join(lines), encoding="utf-8")
+            layer_py.write_text(insert_first(text, forward, PLANTED), encoding="utf-8")
             return
     raise ValueError(f"{layer_py}: no class {class_name} with a forward: the plant needs updating")
 

@@ -12,6 +12,8 @@ import argparse
 import ast
 from pathlib import Path
 
+from tests.tools.source_edits import insert_first
+
 PLANTED = "torch._dynamo.graph_break()  # PLANTED: a new LoRA variant's forward breaks"
 # The anchors in peft/tuners/lora: the last variant field of LoraConfig and Linear's last lora_variants entry.
 CONFIG_ANCHOR = "    kasa_config: Optional[KasaConfig] = field("
@@ -31,10 +33,7 @@ def _with_break(source: str) -> str:
     """``source`` (a class) with a graph break first in its forward."""
     node = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef))
     forward = next(f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
-    first = forward.body[1] if ast.get_docstring(forward) is not None else forward.body[0]
-    lines = source.splitlines(keepends=True)
-    lines.insert(first.lineno - 1, " " * first.col_offset + PLANTED + "\n")
-    return "".join(lines)
+    return insert_first(source, forward, PLANTED)
 
 
 def _replace_once(path: Path, old: str, new: str) -> None:

@@ -21,6 +21,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from tests.tools.source_edits import insert_first
+
 BREAK = "torch._dynamo.graph_break()  # PLANTED"
 FORWARD = "    def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:\n"
 BASE_CALL = "            result = self.base_layer(x, *args, **kwargs)\n"
@@ -253,15 +255,7 @@ def break_at(source: Path, where: BreakAt) -> None:
     function = _function(ast.parse(text), where.qualname)
     if function is None:
         raise PlantError(f"{where.path}: no function {where.qualname}")
-    body = function.body
-    has_docstring = isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1
-    first = body[1] if has_docstring else body[0]
-    lines = text.splitlines(keepends=True)
-    indent = " " * first.col_offset
-    lines.insert(first.lineno - 1, f"{indent}{BREAK}\n")
-    planted = "".join(lines)
-    compile(planted, str(path), "exec")
-    path.write_text(planted, encoding="utf-8")
+    path.write_text(insert_first(text, function, BREAK), encoding="utf-8")
 
 
 def apply(source: Path, plant: str, peft_repo: Path | None = None) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.markers import selects_explicitly
+from tests.tools.source_edits import first_statement, insert_first
 
 pytestmark = pytest.mark.gate_e2e
 
@@ -59,17 +60,7 @@ def planted_peft(tmp_path_factory, peft_version) -> Path:
 
 def plant_graph_break(layer_py: Path) -> None:
     text = layer_py.read_text(encoding="utf-8")
-    first = _first_statement(_lora_linear_forward(ast.parse(text)))
-    lines = text.splitlines(keepends=True)
-    lines.insert(first.lineno - 1, " " * first.col_offset + PLANTED + "\n")
-    planted = "".join(lines)
-    compile(planted, str(layer_py), "exec")
-    layer_py.write_text(planted, encoding="utf-8")
-
-
-def _first_statement(function: ast.FunctionDef) -> ast.stmt:
-    """Its first statement after the docstring."""
-    return function.body[1] if ast.get_docstring(function) is not None else function.body[0]
+    layer_py.write_text(insert_first(text, _lora_linear_forward(ast.parse(text)), PLANTED), encoding="utf-8")
 
 
 def _lora_linear_forward(module: ast.Module) -> ast.FunctionDef:
@@ -95,7 +86,7 @@ def _shown(done: subprocess.CompletedProcess) -> str:
 def test_the_plant_lands_in_lora_linear_forward(planted_peft):
     text = (planted_peft / "src" / "peft" / "tuners" / "lora" / "layer.py").read_text(encoding="utf-8")
     assert text.count(PLANTED) == 1
-    first = _first_statement(_lora_linear_forward(ast.parse(text)))
+    first = first_statement(_lora_linear_forward(ast.parse(text)))
     assert ast.unparse(first) == "torch._dynamo.graph_break()"
 
 

@@ -78,8 +78,11 @@ def fails_its_budget(case: CaseRecord) -> bool:
 
 
 def outside_budget(root: Root, case_id: str, budgets: BudgetFile) -> bool:
-    """Whether no part of the case's budget holds the root: its entry, a cause's allowance in it."""
+    """Whether no part of the case's budget holds the root (its entry, a cause's allowance in it), the entry having
+    been recorded on the file's own versions (an entry recorded elsewhere does not hold base's roots)."""
     budget = budgets.budget_for(case_id)
+    if budget.recorded_with:
+        return False
     return root.identity not in budget.break_signatures and root.identity not in {a.identity for a in budget.allowed}
 
 

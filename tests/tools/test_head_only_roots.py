@@ -26,6 +26,11 @@ signatures = ["{HELD_IDENTITY}"]
 [cases."{CASE}"]
 graph_breaks = 1
 break_signatures = ["{HELD_IDENTITY}"]
+
+[cases."{CASE.replace("llama", "opt")}"]
+graph_breaks = 1
+break_signatures = ["{HELD_IDENTITY}"]
+recorded_with = {{ peft = "0.20.0" }}
 '''
 
 
@@ -100,3 +105,9 @@ def test_only_base_at_the_budgets_release_is_decided_for(base):
     assert not base_is_recorded_release(base, {"peft": "0.22.0"})
     (base / "__init__.py").write_text("from .version import __version__\n")
     assert not base_is_recorded_release(base, {"peft": "0.21.2"})
+
+
+def test_an_entry_recorded_on_other_versions_decides_nothing(base, budgets):
+    case = failed(root("torch._dynamo.graph_break()"))
+    elsewhere = type(case).from_dict({**case.to_dict(), "id": CASE.replace("llama", "opt")}, Where("test"))
+    assert [item.case.id for item in decided_on_head([case, elsewhere], base, budgets)] == [CASE]

@@ -19,8 +19,9 @@ Format (TOML, one table per cause and per case, diff-friendly; nothing in it hol
     ddp_splits = 1                  # most DDPOptimizer graph splits (bucket boundaries, not breaks; default 0)
     note = "..."                    # why, in a person's words, where no cause explains it
 
-An entry may stand for several models whose entries would be the same, ``[cases."{llama-tiny,qwen2-tiny}/lora/x"]``:
-``--update-budgets`` writes it so, and splits it again when one of them changes.
+An entry may stand for several models or methods whose entries would be the same,
+``[cases."{llama-tiny,qwen2-tiny}/lora/x"]`` or ``[cases."llama-tiny/{lora,dora}/x"]`` (both: every model with every
+method): ``--update-budgets`` writes it so, and splits it again when one of them changes.
 
 A case without an entry gets the default: 0 graph breaks, 0 unexpected recompiles, 0 DDP splits, and any
 number of expected ones; an entry that says no more than that is not written. An entry that records counts
@@ -236,22 +237,37 @@ def _lines(text: str, table: str) -> dict[str, int]:
     return lines
 
 
-_MODELS = re.compile(r"^\{(?P<models>[^{}]*)\}/(?P<rest>.+)$")
+_BRACES_HELP = "write several models as {a,b}/method/scenario, several methods as model/{m,n}/scenario, or both"
+_BRACED = re.compile(r"^\{(?P<names>[^{}]*)\}$")
+
+
+def _segment_names(path: Path, key: str, line: int | None, segment: str) -> list[str]:
+    """``{a,b}`` as its names, a plain segment as itself."""
+    if "{" not in segment and "}" not in segment:
+        return [segment]
+    match = _BRACED.match(segment)
+    if match is None:
+        raise BudgetFileError(f"{path}:{line}: entry {key!r}: {_BRACES_HELP}")
+    names = [name.strip() for name in match["names"].split(",")]
+    if len(names) < 2 or not all(names) or len(set(names)) != len(names):
+        raise BudgetFileError(
+            f"{path}:{line}: entry {key!r}: the names in braces must be two or more distinct names, comma-separated"
+        )
+    return names
 
 
 def _case_ids_of(path: Path, key: str, line: int | None) -> tuple[str, ...]:
-    """The case ids an entry's key stands for: ``{llama-tiny,qwen2-tiny}/lora/x`` is two."""
-    match = _MODELS.match(key)
-    if match is None:
-        if "{" in key or "}" in key:
-            raise BudgetFileError(f"{path}:{line}: entry {key!r}: write several models as {{a,b}}/method/scenario")
+    """The case ids an entry's key stands for: ``{llama-tiny,qwen2-tiny}/{lora,dora}/x`` is four (every model with
+    every method)."""
+    model, slash, rest = key.partition("/")
+    method, slash2, scenario = rest.partition("/")
+    if "{" in scenario or "}" in scenario or (("{" in key or "}" in key) and not (slash and slash2)):
+        raise BudgetFileError(f"{path}:{line}: entry {key!r}: {_BRACES_HELP}")
+    if not (slash and slash2):
         return (key,)
-    models = [model.strip() for model in match["models"].split(",")]
-    if len(models) < 2 or not all(models) or len(set(models)) != len(models) or any("/" in m for m in models):
-        raise BudgetFileError(
-            f"{path}:{line}: entry {key!r}: the models in braces must be two or more distinct names, comma-separated"
-        )
-    return tuple(f"{model}/{match['rest']}" for model in models)
+    models = _segment_names(path, key, line, model)
+    methods = _segment_names(path, key, line, method)
+    return tuple(f"{m}/{k}/{scenario}" for m in models for k in methods)
 
 
 def _shared_by_models(case_id: str) -> str:
@@ -427,7 +443,7 @@ HEADER = (
     "# A non-zero graph_breaks, unexpected_recompiles or ddp_splits needs a note, or a cause for each signature.",
     "# A case with no entry may have 0 breaks, 0 unexpected recompiles, any number of expected ones.",
     "# expected_recompiles (first train <-> eval switch, grad mode) is 0 where absent in an entry that counts.",
-    '# [cases."{llama-tiny,qwen2-tiny}/lora/x"] is one entry for both models\' cases.',
+    '# [cases."{llama-tiny,qwen2-tiny}/{lora,dora}/x"] is one entry for the four cases (each model with each method).',
 )
 
 
@@ -661,8 +677,23 @@ class BudgetFile:
             else:
                 continue
             groups.setdefault((_shared_by_models(case_id), body), []).append(case_id)
-        for (_, body), case_ids in sorted(groups.items(), key=lambda group: group[1][0]):
-            out += [f"[cases.{json.dumps(_key_of(case_ids))}]", body]
+        # Then entries that differ only in the method (the same models, scenario and body) are written as one.
+        by_method: dict[tuple[str, str, str], list[str]] = {}
+        entries = []
+        for (_, body), case_ids in groups.items():
+            key = _key_of(case_ids)
+            models, _, rest = key.partition("/")
+            method, _, scenario = rest.partition("/")
+            if scenario:
+                by_method.setdefault((models, scenario, body), []).append(method)
+            else:  # a key that is no case id: written as it is
+                entries.append((case_ids[0], key, body))
+        for (models, scenario, body), methods in by_method.items():
+            method = methods[0] if len(methods) == 1 else "{" + ",".join(sorted(methods)) + "}"
+            key = f"{models}/{method}/{scenario}"
+            entries.append((_case_ids_of(self.path, key, None)[0], key, body))
+        for _, key, body in sorted(entries):
+            out += [f"[cases.{json.dumps(key)}]", body]
         return "\n".join(out) + "\n"
 
     def write(self) -> None:

@@ -16,13 +16,18 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     An interrupt or a full disk mid-write leaves the old file as it was: the budgets file holds
     hand-written notes that nothing can regenerate.
     """
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """:func:`write_text_atomic` for bytes (a gzipped file)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(temporary, _mode_for(path))
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)

@@ -5,7 +5,8 @@ on the commit, each side's PEFT imported from its own source tree, as the gate w
     python -m gate_tools.replay_builds --repo PEFT_CLONE --replay out/replay.json --costliest 5 \\
         --output out/builds-compared.json
 
-Writes ``{commit: {"same": [...], "differ": {case: why}, "seconds": {"base": s, "head": s}}}``, adding to the file
+Writes ``{commit: {"same": [...], "differ": {case: why}, "seconds": {"base": s, "head": s}}}`` (gzipped where the
+name ends in ``.gz``), adding to the file
 each commit as it is done (a run can be stopped and resumed). A side whose PEFT does not import with the installed
 libraries fingerprints nothing: its cases count as differing. Exit status: 0, or 2 on bad input.
 """
@@ -22,10 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from compile_audit.files import write_text_atomic
 from compile_audit.selection import builds_file
 from compile_audit.selection.footprints_file import FootprintsError, load
-from compile_audit.selection.history_replay import Git, commit_selection
+from compile_audit.selection.history_replay import Git, commit_selection, read_compared, write_compared
 from gate_tools import checkout
 
 ROOT = checkout.find() or Path()
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = sorted((c for c in commits if c.get("build_only")), key=lambda c: -c["cpu_seconds"])[: args.costliest]
     if args.commit:
         chosen = [c for c in commits if any(c["commit"].startswith(prefix) for prefix in args.commit)]
-    done = json.loads(args.output.read_text(encoding="utf-8")) if args.output.exists() else {}
+    done = read_compared(args.output) if args.output.exists() else {}
     git = Git(args.repo)
     try:
         for commit in (c["commit"] for c in chosen if c["commit"] not in done):
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             seconds = {name: found[1] for name, found in sides.items()}
             done[commit] = {"same": same, "differ": differ, "seconds": seconds}
-            write_text_atomic(args.output, json.dumps(done, indent=1, sort_keys=True) + "\n")
+            write_compared(args.output, done)
             print(f"{commit[:10]}: {len(cases)} case(s) build-only, {len(same)} built the same; seconds {seconds}")
     finally:
         git.close()

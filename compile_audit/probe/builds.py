@@ -44,6 +44,8 @@ from compile_audit.probe import global_state
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
 _MAX_DEPTH = 4  # nested containers and objects past this depth are described by their type
 _PLAIN = (str, int, float, bool, complex, bytes, type(None))
+_EXACTLY_PLAIN = frozenset({int, float, bool, type(None)})  # described as they are (a subclass may be an Enum)
+_json_string = json.encoder.encode_basestring_ascii  # json.dumps of a str, without its per-call set-up
 _TEMPORARY = tempfile.gettempdir().rstrip("/") + "/"
 _TEMPORARY_PATH = re.compile(re.escape(_TEMPORARY) + r"\S*")
 # What every nn.Module keeps for itself (parameters, buffers, children, hooks: each read on its own above), but the
@@ -124,8 +126,9 @@ def fingerprint(
         rng = {"torch random state": tensor_summary(torch.get_rng_state())}  # what the steps after the build draw
         tables = package_values(packages)
         values = _digests({**tables, **settings, **rng})
+    by_table: dict[int, dict[str, str]] = {}  # a table several modules re-export is one described object
     entries = {
-        name: dict(_digests(dict(value["items"])))
+        name: by_table[id(value)] if id(value) in by_table else by_table.setdefault(id(value), _digests(value["items"]))
         for name, value in tables.items()
         if isinstance(value, dict) and isinstance(value.get("items"), list) and value["type"].endswith("dict")
     }
@@ -199,9 +202,15 @@ def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _digests(described: dict[str, Any]) -> dict[str, str]:
-    """Each entry by a short digest: enough to name what differs between two builds, small enough to keep."""
-    return {key: _digest(value) for key, value in described.items()}
+def _digests(described: dict[str, Any] | list[tuple[str, Any]]) -> dict[str, str]:
+    """Each entry by a short digest: enough to name what differs between two builds, small enough to keep. One
+    described object under several names is digested once."""
+    pairs = described.items() if isinstance(described, dict) else described
+    found: dict[int, str] = {}
+    return {
+        key: found[id(value)] if id(value) in found else found.setdefault(id(value), _digest(value))
+        for key, value in pairs
+    }
 
 
 def module_tree(root: torch.nn.Module) -> dict[str, Any]:
@@ -257,6 +266,11 @@ def _hooks(module: torch.nn.Module) -> dict[str, list[str]]:
 
 def describe(value: Any, depth: int = 0) -> Any:
     """A value as JSON data that two processes agree on."""
+    kind = type(value)
+    if kind is str:
+        return "<a temporary path>" if value.startswith(_TEMPORARY) else value
+    if kind in _EXACTLY_PLAIN:
+        return value
     if isinstance(value, enum.Enum):
         return f"{_type_name(value)}.{value.name}"
     if isinstance(value, str) and value.startswith(_TEMPORARY):
@@ -310,12 +324,15 @@ def _pairs(mapping: dict, depth: int) -> Iterator[tuple[str, Any]]:
     for key, value in mapping.items():
         if isinstance(key, str) and "hash" in key:  # str hashes differ between processes (transformers keeps some)
             continue
-        yield json.dumps(describe(key, depth + 1), sort_keys=True), describe(value, depth + 1)
+        described = describe(key, depth + 1)
+        text = _json_string(described) if type(described) is str else json.dumps(described, sort_keys=True)
+        yield text, describe(value, depth + 1)
 
 
 def package_values(packages: Iterable[str]) -> dict[str, Any]:
     """Plain module-level values of the loaded modules of these packages: what a build may have registered."""
     values = {}
+    described: dict[int, Any] = {}  # an object several modules re-export (PEFT's mappings) is described once
     wanted = tuple(packages)
     for name, module in sorted(sys.modules.items()):
         if module is None or name.split(".", 1)[0] not in wanted:
@@ -324,7 +341,9 @@ def package_values(packages: Iterable[str]) -> dict[str, Any]:
             if key.startswith("__") or isinstance(value, (types.ModuleType, types.FunctionType, type)):
                 continue
             if isinstance(value, (*_PLAIN, dict, list, set, tuple, enum.Enum)):
-                values[f"{name}.{key}"] = describe(value)
+                if id(value) not in described:
+                    described[id(value)] = describe(value)
+                values[f"{name}.{key}"] = described[id(value)]
     return values
 
 

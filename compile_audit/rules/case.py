@@ -84,6 +84,13 @@ class CaseAudit:
     def compile(self, fn: Any, **compile_kwargs: Any) -> Any:
         return self._start().compile(fn, **compile_kwargs)
 
+    def compile_unaudited(self, fn: Any, **compile_kwargs: Any) -> Any:
+        """``torch.compile(fn, **compile_kwargs)`` outside the audit (a model users compile and save from, before the
+        case audits anything): nothing counted, but the case's first compile all the same. What ran before it built
+        the model; a fingerprint run stops here, before Dynamo traces anything."""
+        _first_compile(self.checks)
+        return torch.compile(fn, **compile_kwargs)
+
     @property
     def counting_backend(self) -> Any:
         """The backend that counts graphs and breaks (``compile_audit.probe.recompiles.CountingBackend``)."""

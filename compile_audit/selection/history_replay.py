@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 import statistics
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from compile_audit.case_ids import CaseId
-from compile_audit.files import write_text_atomic
+from compile_audit.files import write_bytes_atomic, write_text_atomic
 from compile_audit.selection.change_selection import (
     ModuleCache,
     Selection,
@@ -128,14 +130,27 @@ def build_costs(path: Path) -> BuildCosts:
         raise FootprintsError(f"{path}: unreadable build costs (overhead_seconds, per_case_seconds): {error}") from None
 
 
+def read_compared(path: Path) -> dict[str, Any]:
+    """A builds-compared file (``gate_tools.replay_builds``), gzipped where its name ends in ``.gz``: its case lists
+    are long and alike, and the docs keep one per measured replay."""
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+
+
+def write_compared(path: Path, compared: Mapping[str, Any]) -> None:
+    text = json.dumps(compared, indent=1, sort_keys=True) + "\n"
+    data = gzip.compress(text.encode("utf-8"), mtime=0) if path.suffix == ".gz" else text.encode("utf-8")
+    write_bytes_atomic(path, data)
+
+
 def builds_compared(path: Path | None) -> dict[str, frozenset[str]]:
     """Per commit, the cases known to build the same on both sides (``--builds-compared``)."""
     if path is None:
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = read_compared(path)
         return {commit: frozenset(entry.get("same", ())) for commit, entry in data.items()}
-    except (OSError, json.JSONDecodeError, AttributeError, TypeError) as error:
+    except (OSError, json.JSONDecodeError, gzip.BadGzipFile, AttributeError, TypeError) as error:
         raise FootprintsError(
             f"{path}: unreadable build comparisons ({{commit: {{'same': [...]}}}}): {error}"
         ) from None

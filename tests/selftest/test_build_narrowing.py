@@ -17,6 +17,8 @@ import torch
 
 from compile_audit.probe import builds, footprint
 from compile_audit.probe.footprint import FootprintRecorder
+from compile_audit.rules.budgets import Budget
+from compile_audit.rules.case import CaseAudit
 from compile_audit.selection import builds_file, footprints_file
 from compile_audit.selection.change_selection import select_between
 from tests.selftest.test_change_selection import BASE, TOY_FOOTPRINTS, _packages, _toy
@@ -454,3 +456,21 @@ def test_a_variant_switch_a_change_adds_switched_off_builds_the_same_and_switche
     assert described(Base()) == described(Head())
     assert described(Base()) != described(Head(use_new=True))
     assert described(Base()) != described(Head(r=4))
+
+
+def test_a_compile_outside_the_audit_is_the_case_s_first(monkeypatch):
+    """save-load compiles the model users save from before it audits anything: a fingerprint run stops there, before
+    Dynamo traces, and what the case runs after it (saving, reloading) ran after the build."""
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: compiled.append(fn) or fn)
+    audit = CaseAudit("toy/clean/save-load", Budget())
+    with FootprintRecorder(["tests"]) as recorder:
+        build()
+        model = audit.compile_unaudited(torch.nn.Linear(2, 2), backend="eager")
+        step()
+    built = set(recorder.built_only()[HERE])
+    assert "build_twice" in built and "step" not in built
+    assert compiled == [model]
+    with builds.recording(["tests"]), pytest.raises(builds.BuildFingerprinted):
+        CaseAudit("toy/clean/save-load", Budget()).compile_unaudited(torch.nn.ReLU(), backend="eager")
+    assert compiled == [model], "a fingerprint run compiled before it fingerprinted"

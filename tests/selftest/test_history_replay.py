@@ -92,6 +92,10 @@ def test_cases_reached_only_while_building_cost_their_fingerprints_and_run_unles
     assert history_replay.main([*args, "--builds-compared", str(compared)]) == 0
     forward = {c["subject"]: c for c in json.loads((tmp_path / "replay.json").read_text())["commits"]}["FIX forward"]
     assert (forward["cases"], forward["cpu_seconds"], forward["builds_same"]) == (1, 20.0 + 3.0 + 0.5, 1)
+    # Kept gzipped (the docs' copy): read the same.
+    history_replay.write_compared(tmp_path / "compared.json.gz", history_replay.read_compared(compared))
+    assert (tmp_path / "compared.json.gz").read_bytes()[:2] == b"\x1f\x8b"
+    assert history_replay.builds_compared(tmp_path / "compared.json.gz") == {forward["commit"]: frozenset({"m/a/x"})}
 
 
 def test_a_new_method_is_priced_as_the_same_cases_of_the_matrix_s_methods_on_average(tmp_path):

@@ -6,9 +6,10 @@ on the commit, each side's PEFT imported from its own source tree, as the gate w
         --output out/builds-compared.json
 
 Writes ``{commit: {"same": [...], "differ": {case: why}, "seconds": {"base": s, "head": s}}}`` (gzipped where the
-name ends in ``.gz``), adding to the file
-each commit as it is done (a run can be stopped and resumed). A side whose PEFT does not import with the installed
-libraries fingerprints nothing: its cases count as differing. Exit status: 0, or 2 on bad input.
+name ends in ``.gz``), adding to the file each commit as it is done (a run can be stopped and resumed). A commit the
+file holds gets only the cases it does not hold yet (those a larger zoo's footprints add), and runs may share one
+file. A side whose PEFT does not import with the installed libraries fingerprints nothing: its cases count as
+differing. Exit status: 0, or 2 on bad input.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from compile_audit.files import exclusive
 from compile_audit.selection import builds_file
 from compile_audit.selection.footprints_file import FootprintsError, load
 from compile_audit.selection.history_replay import Git, commit_selection, read_compared, write_compared
@@ -55,6 +57,23 @@ def fingerprint(source: Path, cases: list[str], work: Path, name: str) -> tuple[
     return builds_file.read(output), seconds
 
 
+def compared_cases(path: Path, commit: str) -> set[str]:
+    """The commit's cases the file already holds, the same or not."""
+    entry = read_compared(path).get(commit, {}) if path.exists() else {}
+    return {*entry.get("same", ()), *entry.get("differ", {})}
+
+
+def add(path: Path, commit: str, same: list[str], differ: dict[str, str], seconds: dict[str, float]) -> None:
+    """The commit's newly compared cases added to the file, re-read under a lock: runs may share one file."""
+    with exclusive(path):
+        compared = read_compared(path) if path.exists() else {}
+        entry = compared.setdefault(commit, {"same": [], "differ": {}, "seconds": {}})
+        entry["same"] = sorted({*entry["same"], *same})
+        entry["differ"] = {**entry["differ"], **differ}
+        entry["seconds"] = {side: round(entry["seconds"].get(side, 0.0) + spent, 1) for side, spent in seconds.items()}
+        write_compared(path, compared)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gate_tools.replay_builds", description=__doc__.split("\n")[0])
     parser.add_argument("--repo", required=True, type=Path, help="a clone of PEFT's git repository")
@@ -74,14 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     chosen = sorted((c for c in commits if c.get("build_only")), key=lambda c: -c["cpu_seconds"])[: args.costliest]
     if args.commit:
         chosen = [c for c in commits if any(c["commit"].startswith(prefix) for prefix in args.commit)]
-    done = read_compared(args.output) if args.output.exists() else {}
     git = Git(args.repo)
     try:
-        for commit in (c["commit"] for c in chosen if c["commit"] not in done):
+        for commit in (c["commit"] for c in chosen):
             parent, selection, absent = commit_selection(git, footprints, commit, args.source_dir)
-            if parent is None:
+            known = compared_cases(args.output, commit)
+            cases = [case for case in selection.build_only if case not in absent and case not in known]
+            if parent is None or not cases:
                 continue
-            cases = [case for case in selection.build_only if case not in absent]
             with tempfile.TemporaryDirectory() as folder:
                 work = Path(folder)
                 sides = {}
@@ -92,8 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 cases, sides["base"][0], sides["head"][0], selection.tables_gaining, selection.names_rebound
             )
             seconds = {name: found[1] for name, found in sides.items()}
-            done[commit] = {"same": same, "differ": differ, "seconds": seconds}
-            write_compared(args.output, done)
+            add(args.output, commit, same, differ, seconds)
             print(f"{commit[:10]}: {len(cases)} case(s) build-only, {len(same)} built the same; seconds {seconds}")
     finally:
         git.close()

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import types
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -128,7 +128,7 @@ def fingerprint(
         values = _digests({**tables, **settings, **rng})
     by_table: dict[int, dict[str, str]] = {}  # a table several modules re-export is one described object
     entries = {
-        name: by_table[id(value)] if id(value) in by_table else by_table.setdefault(id(value), _digests(value["items"]))
+        name: _once(by_table, value, lambda table: _digests(table["items"]))
         for name, value in tables.items()
         if isinstance(value, dict) and isinstance(value.get("items"), list) and value["type"].endswith("dict")
     }
@@ -207,10 +207,14 @@ def _digests(described: dict[str, Any] | list[tuple[str, Any]]) -> dict[str, str
     described object under several names is digested once."""
     pairs = described.items() if isinstance(described, dict) else described
     found: dict[int, str] = {}
-    return {
-        key: found[id(value)] if id(value) in found else found.setdefault(id(value), _digest(value))
-        for key, value in pairs
-    }
+    return {key: _once(found, value, _digest) for key, value in pairs}
+
+
+def _once(found: dict[int, Any], value: Any, make: Callable[[Any], Any]) -> Any:
+    """``make(value)``, made once per object for as long as ``found`` (and the object) lives."""
+    if id(value) not in found:
+        found[id(value)] = make(value)
+    return found[id(value)]
 
 
 def module_tree(root: torch.nn.Module) -> dict[str, Any]:
@@ -341,9 +345,7 @@ def package_values(packages: Iterable[str]) -> dict[str, Any]:
             if key.startswith("__") or isinstance(value, (types.ModuleType, types.FunctionType, type)):
                 continue
             if isinstance(value, (*_PLAIN, dict, list, set, tuple, enum.Enum)):
-                if id(value) not in described:
-                    described[id(value)] = describe(value)
-                values[f"{name}.{key}"] = described[id(value)]
+                values[f"{name}.{key}"] = _once(described, value, describe)
     return values
 
 
